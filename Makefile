@@ -1,0 +1,53 @@
+# Attention by Hand: `make lab` opens the course, `make test` checks everything.
+# Both create the virtual environment in .venv when it is missing (only python3 >= 3.10 and make needed).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# extra pip arguments, e.g. PIP_ARGS="--index-url <PyTorch's CPU wheel index>" to avoid the CUDA build
+PIP_ARGS ?=
+SUBMISSIONS ?= submissions
+OUT    ?= grades
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser clean help
+
+help:
+	@echo "make lab          open the course in JupyterLab (creates .venv if missing)"
+	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
+	@echo "make setup        only build the environment"
+	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
+	@echo "make exercises    regenerate exercises/ from solutions/"
+	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
+	@echo "make test-browser drive JupyterLab in headless Chromium"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(PIP_ARGS) -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+		--nbval-current-env tests notebooks
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+exercises: $(STAMP)
+	$(PY) -m course_utils.exercises solutions exercises
+
+grade: $(STAMP)
+	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)"
+
+test-browser: $(STAMP)
+	RUN_BROWSER_TESTS=1 $(PY) -m pytest -p no:xdist tests/browser -v
+
+clean:
+	rm -rf $(VENV) grades .pytest_cache

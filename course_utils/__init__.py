@@ -1,0 +1,38 @@
+"""Checked reference implementations for the Attention by Hand course.
+
+Every class and function here is tested against PyTorch's built-ins
+(``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``) in ``tests/``.
+"""
+from .attention import (
+    CausalAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttention_v1,
+    SelfAttention_v2,
+    attend,
+    simple_self_attention,
+)
+from .data import BOOK_TOKENS, book_batch, book_inputs
+from .device import DEVICE_ENV_VAR, get_device, synchronize
+from .interop import to_nn_multihead, wrapper_to_mha
+from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache, kv_cache_bytes
+from .masks import (
+    allow_to_hide,
+    causal_allow_mask,
+    causal_hide_mask,
+    expand_allow_mask,
+    hide_to_allow,
+    padding_allow_mask,
+    padding_hide_mask,
+)
+from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BOOK_TOKENS", "CausalAttention", "DEVICE_ENV_VAR", "GroupedQueryAttention", "GrowingKVCache", "KVCache",
+    "MultiHeadAttention", "MultiHeadAttentionWrapper", "PreallocatedKVCache", "SelfAttention_v1",
+    "SelfAttention_v2", "allow_to_hide", "attend", "book_batch", "book_inputs", "causal_allow_mask",
+    "causal_hide_mask", "expand_allow_mask", "get_device", "hide_to_allow", "kv_cache_bytes",
+    "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
+    "to_nn_multihead", "wrapper_to_mha",
+]

@@ -1,0 +1,42 @@
+"""Pick the device the course runs on: CUDA, else MPS, else CPU.
+
+Set the environment variable ``ATTN_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) to force one.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+DEVICE_ENV_VAR = "ATTN_DEVICE"
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """Return ``prefer``, else ``$ATTN_DEVICE``, else the best available device (cuda > mps > cpu)."""
+    name = prefer or os.environ.get(DEVICE_ENV_VAR, "").strip()
+    if name:
+        device = torch.device(name)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for CUDA, but torch sees no CUDA device")
+        if device.type == "mps" and not _mps_available():
+            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for MPS, but torch sees no MPS device")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if _mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for queued kernels on ``device`` (a no-op on CPU), so that timings measure the work."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -1,0 +1,65 @@
+"""Weight mappings between the course's modules and PyTorch's built-ins (parameters only, never buffers)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttentionWrapper
+from .multihead import MultiHeadAttention
+
+
+def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
+    """An ``nn.MultiheadAttention`` (batch_first) computing the same function as ``mha``.
+
+    Call it with ``attn_mask=causal_hide_mask(T)`` (True = hide, nn.MultiheadAttention's convention).
+    With ``d_in == d_out`` pass ``x`` as query, key and value. With ``d_in != d_out``,
+    nn.MultiheadAttention needs a query already ``d_out`` wide: its query projection is the identity
+    and the query to pass is ``mha.W_query(x)``; keys and values are ``x`` (``kdim = vdim = d_in``).
+    """
+    if mha.num_kv_groups != mha.num_heads:
+        raise ValueError("nn.MultiheadAttention has no grouped K/V heads: map a MultiHeadAttention")
+    same = mha.d_in == mha.d_out
+    p = mha.W_query.weight
+    torch_mha = nn.MultiheadAttention(
+        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
+        kdim=None if same else mha.d_in, vdim=None if same else mha.d_in, device=p.device, dtype=p.dtype,
+    )
+
+    def bias_of(linear):
+        return linear.bias if linear.bias is not None else torch.zeros(linear.out_features, dtype=p.dtype, device=p.device)
+
+    with torch.no_grad():
+        if same:
+            torch_mha.in_proj_weight.copy_(torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]))
+            torch_mha.in_proj_bias.copy_(torch.cat([bias_of(mha.W_query), bias_of(mha.W_key), bias_of(mha.W_value)]))
+        else:
+            torch_mha.q_proj_weight.copy_(torch.eye(mha.d_out, dtype=p.dtype, device=p.device))
+            torch_mha.k_proj_weight.copy_(mha.W_key.weight)
+            torch_mha.v_proj_weight.copy_(mha.W_value.weight)
+            torch_mha.in_proj_bias.copy_(torch.cat([torch.zeros_like(bias_of(mha.W_query)),
+                                                    bias_of(mha.W_key), bias_of(mha.W_value)]))
+        torch_mha.out_proj.weight.copy_(mha.out_proj.weight)
+        torch_mha.out_proj.bias.copy_(mha.out_proj.bias)
+    return torch_mha
+
+
+def wrapper_to_mha(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
+    """A ``MultiHeadAttention`` equal to ``wrapper``: head weights stacked, ``out_proj`` = identity.
+
+    Each wrapper head has width ``d_head``; the result has ``d_out = num_heads * d_head``.
+    """
+    heads = list(wrapper.heads)
+    first = heads[0]
+    num_heads, d_head = len(heads), first.d_out
+    w = first.W_query.weight
+    mha = MultiHeadAttention(first.d_in, num_heads * d_head, first.context_length, first.dropout.p,
+                             num_heads, qkv_bias=first.W_query.bias is not None).to(device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            target = getattr(mha, name)
+            target.weight.copy_(torch.cat([getattr(h, name).weight for h in heads]))
+            if target.bias is not None:
+                target.bias.copy_(torch.cat([getattr(h, name).bias for h in heads]))
+        mha.out_proj.weight.copy_(torch.eye(mha.d_out, dtype=w.dtype, device=w.device))
+        mha.out_proj.bias.zero_()
+    return mha

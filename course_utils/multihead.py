@@ -1,0 +1,138 @@
+"""Multi-head attention with split weights, and its generalisation grouped-query attention (GQA).
+
+``GroupedQueryAttention`` is the general module: ``num_heads`` query heads share ``num_kv_groups`` key/value
+heads. ``MultiHeadAttention`` is the special case ``num_kv_groups == num_heads`` (the book's class, same
+signature, parameters created in the same order), and MQA is ``num_kv_groups == 1``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_divisible, check_tokens
+from .attention import attend
+from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
+from .masks import expand_allow_mask
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, n_kv, T, hd) -> (B, n_kv * n_rep, T, hd); equals torch.repeat_interleave(x, n_rep, dim=1)."""
+    if n_rep == 1:
+        return x
+    b, n_kv, t, hd = x.shape
+    return x[:, :, None].expand(b, n_kv, n_rep, t, hd).reshape(b, n_kv * n_rep, t, hd)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention: (B, Sq, d_in) -> (B, Sq, d_out).
+
+    Query head ``h`` reads K/V group ``h // (num_heads // num_kv_groups)``, the ``repeat_interleave``
+    convention of SDPA's ``enable_gqa`` and Hugging Face's ``repeat_kv``.
+
+    forward(x, context=None, *, allow_mask=None, cache=None, return_weights=False)
+      x:          (B, Sq, d_in) queries (and keys/values, for self-attention)
+      context:    (B, Sk, d_context) keys/values for cross-attention (needs ``causal=False``)
+      allow_mask: bool, True = may attend; (B, Sk) padding or (B, 1, Sq, Sk)
+      cache:      a ``KVCache``; x holds only the new tokens, which follow the cached ones
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False,
+                 *, causal=True, d_context=None, use_sdpa=False):
+        super().__init__()
+        check_divisible(d_out, num_heads, f"d_out ({d_out}) and num_heads ({num_heads})")
+        check_divisible(num_heads, num_kv_groups, f"num_heads ({num_heads}) and num_kv_groups ({num_kv_groups})")
+        self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
+        self.d_context = d_in if d_context is None else d_context
+        self.num_heads, self.num_kv_groups = num_heads, num_kv_groups
+        self.head_dim = d_out // num_heads
+        self.group_size = num_heads // num_kv_groups  # query heads per K/V head
+        self.causal, self.use_sdpa = causal, use_sdpa
+
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(self.d_context, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(self.d_context, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        if causal:
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def make_cache(self, batch_size: int, preallocate: bool = False, max_len: int | None = None) -> KVCache:
+        """A cache for this layer: growing (torch.cat), or preallocated for ``max_len`` tokens."""
+        if not preallocate:
+            return GrowingKVCache()
+        weight = self.W_key.weight
+        return PreallocatedKVCache(batch_size, self.num_kv_groups, max_len or self.context_length,
+                                   self.head_dim, dtype=weight.dtype, device=weight.device)
+
+    def _split_heads(self, x, num_heads):
+        b, t, _ = x.shape
+        return x.view(b, t, num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
+
+    def forward(self, x, context=None, *, allow_mask=None, cache: KVCache | None = None, return_weights=False):
+        check_tokens(x, self.d_in, self.context_length)
+        b, num_queries, _ = x.shape
+        if context is None:
+            context = x
+        else:
+            if self.causal:
+                raise ValueError("cross-attention (context=...) is not causal: build the module with causal=False")
+            check_tokens(context, self.d_context, name="context")
+            if context.shape[0] != b:
+                raise ValueError(f"context has batch {context.shape[0]} but x has batch {b}")
+
+        queries = self._split_heads(self.W_query(x), self.num_heads)  # (B, nh, Sq, hd)
+        keys = self._split_heads(self.W_key(context), self.num_kv_groups)  # (B, ng, Sk, hd)
+        values = self._split_heads(self.W_value(context), self.num_kv_groups)  # (B, ng, Sk, hd)
+
+        past_len = 0
+        if cache is not None:
+            past_len = cache.seq_len
+            if past_len + num_queries > self.context_length:
+                raise ValueError(
+                    f"{past_len} cached + {num_queries} new tokens exceed context_length={self.context_length}"
+                )
+            keys, values = cache.update(keys, values)  # all tokens so far
+        num_keys = keys.shape[2]
+
+        hide = None
+        if self.causal:
+            # the new queries are the last num_queries positions: slice the mask's rows from past_len
+            hide = self.mask.bool()[past_len:past_len + num_queries, :num_keys]
+        if allow_mask is not None:
+            padding_hide = ~expand_allow_mask(allow_mask, b, num_queries, num_keys)
+            hide = padding_hide if hide is None else hide | padding_hide
+
+        if self.use_sdpa:
+            if return_weights:
+                raise ValueError("return_weights=True needs the reference path (use_sdpa=False)")
+            context_vec = self._sdpa(queries, keys, values, hide, plain_causal=allow_mask is None and past_len == 0)
+            weights = None
+        else:
+            context_vec, weights = attend(queries, repeat_kv(keys, self.group_size),
+                                          repeat_kv(values, self.group_size), hide, self.dropout)
+        context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_queries, self.d_out)  # merge heads
+        out = self.out_proj(context_vec)
+        return (out, weights) if return_weights else out
+
+    def _sdpa(self, queries, keys, values, hide, plain_causal):
+        """The fused kernel; is_causal only where the mask is the plain square one (no cache, no padding)."""
+        dropout_p = self.dropout.p if self.training else 0.0
+        gqa = self.group_size > 1
+        if self.causal and plain_causal:
+            return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p,
+                                                  is_causal=True, enable_gqa=gqa)
+        allow = None if hide is None else ~hide
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=allow,
+                                              dropout_p=dropout_p, enable_gqa=gqa)
+
+
+class MultiHeadAttention(GroupedQueryAttention):
+    """The book's causal multi-head attention: (B, T, d_in) -> (B, T, d_out).
+
+    Parameters ``W_query``, ``W_key``, ``W_value`` (d_in -> d_out) and ``out_proj`` (d_out -> d_out), created
+    in the book's order; it is ``GroupedQueryAttention`` with ``num_kv_groups == num_heads``.
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, **kwargs):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, num_heads, qkv_bias, **kwargs)
