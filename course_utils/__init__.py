@@ -36,3 +36,4 @@ __all__ = [
     "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
     "to_nn_multihead", "wrapper_to_mha",
 ]
+# course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.

@@ -1,0 +1,95 @@
+"""Figures for the notebooks: attention heatmaps, and live figures driven by ipywidgets.
+
+``live_figure`` draws once with the controls' starting values and shows that figure as an ordinary
+image output, so it is visible without a widget front end (nbval, GitHub's viewer). In JupyterLab the
+controls appear above it, and each change redraws the figure in place (through a display id).
+"""
+from __future__ import annotations
+
+import io
+
+
+
+import matplotlib.pyplot as plt
+import torch
+
+
+def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True):
+    """Heatmap of one (num_queries, num_keys) weight matrix, queries down, keys across."""
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 3.5))
+    image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(weights.max())))
+    key_tokens = key_tokens if key_tokens is not None else tokens
+    if tokens is not None:
+        ax.set_yticks(range(len(tokens)), tokens)
+    if key_tokens is not None:
+        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=45, ha="right")
+    if annotate and weights.numel() <= 100:
+        for (i, j), value in _cells(weights):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if value < 0.6 * float(weights.max()) else "black")
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if title:
+        ax.set_title(title)
+    return image
+
+
+def _cells(matrix):
+    for i in range(matrix.shape[0]):
+        for j in range(matrix.shape[1]):
+            yield (i, j), float(matrix[i, j])
+
+
+def plot_head_grid(weights, tokens=None, title=None, ncols=None, annotate=False):
+    """One heatmap per head of a (num_heads, num_queries, num_keys) weight tensor; returns the figure."""
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    num_heads = weights.shape[0]
+    ncols = ncols or min(num_heads, 4)
+    nrows = -(-num_heads // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h < num_heads:
+            plot_attention(weights[h], tokens, ax=ax, title=f"head {h}", annotate=annotate)
+        else:
+            ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    """Render ``fig`` to PNG bytes and close it (so the notebook does not also show it inline)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def live_figure(draw, **controls):
+    """Show ``draw(**values)``'s figure under ipywidgets ``controls``; redraw whenever one changes.
+
+    ``draw`` takes the controls' values as keyword arguments and returns a matplotlib figure.
+    Returns the widget box (or None when ipywidgets is missing, when only the static figure shows).
+    """
+    from IPython.display import Image, display
+
+    values = {name: widget.value for name, widget in controls.items()}
+    try:
+        import ipywidgets as widgets
+    except ImportError:  # no widgets: the static figure alone
+        display(Image(figure_png(draw(**values))))
+        return None
+    box = widgets.HBox(list(controls.values()))
+    display(box)
+    handle = display(Image(figure_png(draw(**values))), display_id=True)
+
+    def redraw(_change=None):
+        current = {name: widget.value for name, widget in controls.items()}
+        handle.update(Image(figure_png(draw(**current))))
+
+    for widget in controls.values():
+        widget.observe(redraw, names="value")
+    return box
