@@ -34,7 +34,8 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+	@# one BLAS thread per worker: two workers on two cores, no oversubscription
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
 		--nbval-current-env tests notebooks
 
 bench: $(STAMP)
