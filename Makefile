@@ -44,6 +44,9 @@ bench: $(STAMP)
 exercises: $(STAMP)
 	$(PY) -m course_utils.exercises solutions exercises
 
+check-exercises: $(STAMP)
+	$(PY) -m course_utils.exercises solutions exercises --check
+
 grade: $(STAMP)
 	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)"
 

@@ -1,0 +1,70 @@
+"""Execute the solution notebooks (every self-check passes) and the generated exercises (every self-check says
+"not implemented yet", and nothing crashes). Two classes, so that pytest-xdist's loadscope runs them in parallel."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import zmq
+from nbclient import NotebookClient
+from traitlets.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 120  # per cell; each notebook takes a few seconds
+
+
+def execute(path):
+    """Run ``path`` in a fresh python3 kernel, errors recorded in the outputs instead of raised."""
+    nb = nbformat.read(str(path), as_version=4)
+    # Curve-encrypted transport: a plain-TCP kernel warns about eavesdropping on stderr
+    config = Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+    NotebookClient(nb, kernel_name="python3", config=config, timeout=TIMEOUT_S, allow_errors=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def check_cells(nb):
+    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def stdout(cell):
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+
+
+def assert_clean(nb, name):
+    """No cell raised and nothing went to stderr (warnings included)."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", f"{name}, cell {cell.id!r} raised {out.ename}: {out.evalue}"
+            assert not (out.output_type == "stream" and out.name == "stderr"), (
+                f"{name}, cell {cell.id!r} wrote to stderr: {out.text}")
+
+
+def notebooks(folder):
+    return sorted((ROOT / folder).glob("*.ipynb"))
+
+
+class TestSolutions:
+    @pytest.mark.parametrize("path", notebooks("solutions"), ids=lambda p: p.stem)
+    def test_solution_passes_its_self_check(self, path):
+        nb = execute(path)
+        assert_clean(nb, path.name)
+        checks = check_cells(nb)
+        assert checks, f"{path.name} has no self-check cell"
+        for cell in checks:
+            exercise_id = re.search(r'check\("(\w+)"', cell.source).group(1)
+            assert re.search(rf"✅ {exercise_id}: all \d+ checks passed", stdout(cell)), (
+                f"{path.name}: the solution does not pass its self-check:\n{stdout(cell)}")
+
+
+class TestExercises:
+    @pytest.mark.parametrize("path", notebooks("exercises"), ids=lambda p: p.stem)
+    def test_exercise_runs_and_reports_not_implemented(self, path):
+        nb = execute(path)
+        assert_clean(nb, path.name)
+        checks = check_cells(nb)
+        assert checks, f"{path.name} has no self-check cell"
+        for cell in checks:
+            text = stdout(cell)
+            assert "not implemented yet" in text and "Traceback" not in text, f"{path.name}: {text}"
+            assert "✅" not in text, f"{path.name}: an empty exercise must not pass"
