@@ -34,6 +34,9 @@ def attend(queries, keys, values, hide_mask=None, dropout: nn.Module | None = No
     A query row whose keys are *all* hidden would be softmax over only -inf, i.e. NaN. Here it gets
     all-zero weights instead, so its context vector is zero (PyTorch's SDPA does the same).
     """
+    if hide_mask is not None and hide_mask.dtype != torch.bool:
+        raise ValueError(f"hide_mask must be bool (True = hide), got dtype {hide_mask.dtype}; "
+                         "for a 0/1 mask pass mask.bool()")
     head_dim = queries.shape[-1]
     attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(head_dim)  # (..., Sq, Sk)
     if hide_mask is not None:

@@ -20,9 +20,14 @@ def get_device(prefer: str | None = None) -> torch.device:
     """Return ``prefer``, else ``$ATTN_DEVICE``, else the best available device (cuda > mps > cpu)."""
     name = prefer or os.environ.get(DEVICE_ENV_VAR, "").strip()
     if name:
-        device = torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError as err:
+            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} is not a device name (cpu, cuda, cuda:1, mps)") from err
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for CUDA, but torch sees no CUDA device")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{DEVICE_ENV_VAR}={name!r}: torch sees only {torch.cuda.device_count()} CUDA device(s)")
         if device.type == "mps" and not _mps_available():
             raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for MPS, but torch sees no MPS device")
         return device

@@ -15,14 +15,16 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     With ``d_in == d_out`` pass ``x`` as query, key and value. With ``d_in != d_out``,
     nn.MultiheadAttention needs a query already ``d_out`` wide: its query projection is the identity
     and the query to pass is ``mha.W_query(x)``; keys and values are ``x`` (``kdim = vdim = d_in``).
+    For cross-attention (``causal=False``) keys and values are the context (``kdim = vdim = d_context``).
     """
     if mha.num_kv_groups != mha.num_heads:
         raise ValueError("nn.MultiheadAttention has no grouped K/V heads: map a MultiHeadAttention")
-    same = mha.d_in == mha.d_out
+    same = mha.d_in == mha.d_out == mha.d_context
     p = mha.W_query.weight
     torch_mha = nn.MultiheadAttention(
         mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
-        kdim=None if same else mha.d_in, vdim=None if same else mha.d_in, device=p.device, dtype=p.dtype,
+        kdim=None if same else mha.d_context, vdim=None if same else mha.d_context,
+        device=p.device, dtype=p.dtype,
     )
 
     def bias_of(linear):

@@ -80,6 +80,9 @@ class GroupedQueryAttention(nn.Module):
             check_tokens(context, self.d_context, name="context")
             if context.shape[0] != b:
                 raise ValueError(f"context has batch {context.shape[0]} but x has batch {b}")
+            if cache is not None:
+                # the cache appends every call's keys/values: right for new tokens, wrong for a fixed context
+                raise ValueError("cache=... is for self-attention decoding; cross-attention keys/values do not grow")
 
         queries = self._split_heads(self.W_query(x), self.num_heads)  # (B, nh, Sq, hd)
         keys = self._split_heads(self.W_key(context), self.num_kv_groups)  # (B, ng, Sk, hd)
@@ -98,9 +101,14 @@ class GroupedQueryAttention(nn.Module):
         hide = None
         if self.causal:
             # the new queries are the last num_queries positions: slice the mask's rows from past_len
-            hide = self.mask.bool()[past_len:past_len + num_queries, :num_keys]
+            # slice before .bool(): converting the whole (context_length, context_length) buffer would cost
+            # O(context_length^2) per decoded token
+            hide = self.mask[past_len:past_len + num_queries, :num_keys].bool()
         if allow_mask is not None:
             padding_hide = ~expand_allow_mask(allow_mask, b, num_queries, num_keys)
+            if padding_hide.shape[1] not in (1, self.num_heads):
+                raise ValueError(f"attention mask of shape {tuple(allow_mask.shape)} has {padding_hide.shape[1]} "
+                                 f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}")
             hide = padding_hide if hide is None else hide | padding_hide
 
         if self.use_sdpa:
@@ -123,8 +131,12 @@ class GroupedQueryAttention(nn.Module):
             return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p,
                                                   is_causal=True, enable_gqa=gqa)
         allow = None if hide is None else ~hide
-        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=allow,
-                                              dropout_p=dropout_p, enable_gqa=gqa)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allow,
+                                             dropout_p=dropout_p, enable_gqa=gqa)
+        if hide is None:
+            return out
+        # rows with no visible key: zero, as in attend(); some fused GPU kernels have returned NaN here
+        return out.masked_fill(hide.all(dim=-1, keepdim=True), 0.0)
 
 
 class MultiHeadAttention(GroupedQueryAttention):

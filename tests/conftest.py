@@ -1,0 +1,86 @@
+"""Shared pieces of the reference tests: an independent SDPA-based attention, tolerances, seeding.
+
+``sdpa_attention`` recomputes a ``GroupedQueryAttention`` from its parameters with PyTorch's own
+``F.scaled_dot_product_attention`` and masks built here with ``torch.tril``, so a test comparing the two
+does not trust any of the course's code paths.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+# (atol, rtol) per dtype: float64 is exact up to summation order. In half precision the rounding error
+# grows with the size of the values, so there atol is relative to the largest expected value.
+TOL = {
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (2e-5, 1e-4),
+    torch.float16: (5e-3, 5e-3),
+    torch.bfloat16: (3e-2, 3e-2),
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def assert_close(actual, expected, dtype=None):
+    dtype = dtype or expected.dtype
+    atol, rtol = TOL[dtype]
+    if dtype in (torch.float16, torch.bfloat16):
+        atol *= max(1.0, expected.detach().abs().max().item())
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
+
+
+def randomize_(module, scale=0.5):
+    """Re-draw every parameter from N(0, scale^2): larger scores than the default init, so the softmax is
+    far from uniform and a wrong scale or mask changes the output a lot."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * scale)
+    return module
+
+
+def causal_allow(num_queries, num_keys, device=None):
+    """(Sq, Sk) bool, True = may attend; the queries are the last Sq of the Sk positions."""
+    ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
+    return torch.tril(ones, diagonal=num_keys - num_queries)
+
+
+def sdpa_attention(m, x, context=None, allow=None, causal=None):
+    """``m``'s function computed with F.scaled_dot_product_attention from ``m``'s parameters.
+
+    allow: bool mask broadcastable to (B, nh, Sq, Sk), True = may attend (combined with the causal mask).
+    """
+    causal = m.causal if causal is None else causal
+    context = x if context is None else context
+    b, sq, _ = x.shape
+    nh, ng, hd = m.num_heads, m.num_kv_groups, m.head_dim
+    q = F.linear(x, m.W_query.weight, m.W_query.bias).view(b, sq, nh, hd).transpose(1, 2)
+    k = F.linear(context, m.W_key.weight, m.W_key.bias).view(b, context.shape[1], ng, hd).transpose(1, 2)
+    v = F.linear(context, m.W_value.weight, m.W_value.bias).view(b, context.shape[1], ng, hd).transpose(1, 2)
+    mask = causal_allow(sq, k.shape[2], x.device) if causal else None
+    if allow is not None:
+        mask = allow if mask is None else mask & allow
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=ng != nh)  # (B, nh, Sq, hd)
+    out = out.transpose(1, 2).reshape(b, sq, nh * hd)
+    return F.linear(out, m.out_proj.weight, m.out_proj.bias)
+
+
+@pytest.fixture
+def sdpa_ref():
+    return sdpa_attention
+
+
+@pytest.fixture
+def close():
+    return assert_close
+
+
+@pytest.fixture
+def randomize():
+    return randomize_
+
