@@ -24,10 +24,11 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(PIP_ARGS) -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
+	mkdir -p $(VENV)/etc && cp -R etc/ipython etc/jupyter $(VENV)/etc/
 	@touch $(STAMP)
 
 lab: $(STAMP)

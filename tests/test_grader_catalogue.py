@@ -1,0 +1,147 @@
+"""The grader in-process: references and alternatives pass, stubs say "not implemented", and every
+misconception mutant gets its own diagnosis (the same logic the CLI uses)."""
+import linecache
+
+import pytest
+import torch
+
+import course_utils as cu
+from course_utils.grade import check, grade_class, specs
+from course_utils.grade.diagnose import compare, verdict
+from course_utils.grade.protocol import run_exercise
+from tests.grader_cases.implementations import (ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT,
+                                                mutate)
+
+
+def load(src, name):
+    ns = {"__name__": "learner"}
+    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
+    exec(compile(src, "<learner>", "exec"), ns)
+    return ns[name]
+
+
+def grade(exercise, src):
+    return grade_class(exercise, load(src, specs.CONTRACT_CLASS[exercise]))
+
+
+@pytest.mark.parametrize("exercise", specs.EXERCISES)
+def test_reference_solution_passes(exercise):
+    result = grade(exercise, REFERENCE[exercise])
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("exercise,alt", [(ex, alt) for ex in specs.EXERCISES for alt in ALTERNATIVES[ex]])
+def test_alternative_correct_implementations_pass(exercise, alt):
+    assert len(ALTERNATIVES[exercise]) >= 3
+    result = grade(exercise, ALTERNATIVES[exercise][alt])
+    assert result, result.report()
+
+
+@pytest.mark.parametrize("exercise", specs.EXERCISES)
+@pytest.mark.parametrize("stub", [STUB_FORWARD, STUB_INIT], ids=["forward", "init"])
+def test_stub_is_not_implemented(exercise, stub):
+    result = grade(exercise, stub.format(name=specs.CONTRACT_CLASS[exercise]))
+    assert not result and result.diagnosis == "not_implemented"
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+
+@pytest.mark.parametrize("exercise,key,edits",
+                         [(ex, key, edits) for ex in specs.EXERCISES for key, edits in MUTANTS[ex]],
+                         ids=[f"{ex}-{key}-{i}" for ex in specs.EXERCISES for i, (key, _) in enumerate(MUTANTS[ex])])
+def test_mutant_gets_its_diagnosis(exercise, key, edits):
+    result = grade(exercise, mutate(REFERENCE[exercise], edits))
+    assert not result and result.diagnosis == key, result.report()
+    messages = [m.message for m in specs.mutants(exercise) + [specs.Mutant(*specs.DROPOUT_EVAL, None)]
+                if m.key == key]
+    assert any(message in result.report() for message in messages)
+
+
+def test_catalogue_sizes():
+    minimum = {"mha": 10, "gqa": 4}
+    for ex in specs.EXERCISES:
+        assert len({k for k, _ in MUTANTS[ex]}) >= minimum.get(ex, 3), ex
+
+
+@pytest.mark.parametrize("exercise", specs.EXERCISES)
+def test_mutants_are_distinguishable(exercise):
+    """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
+    cases = specs.make_cases(exercise)
+
+    def outs(v):
+        return [specs.cached_outputs(exercise, c, v) for c in cases]
+
+    def same(a, b):
+        for x, y in zip(a, b):
+            if isinstance(x, Exception) or isinstance(y, Exception):
+                if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
+                    return False  # crashing variants are told apart by where they crash
+            elif compare(x, y) is not None:
+                return False
+        return True
+
+    ref = outs(specs.correct_variant(exercise))
+    mutants = specs.mutants(exercise)
+    for i, m in enumerate(mutants):
+        assert not same(outs(m.variant), ref), m
+        for earlier in mutants[:i]:
+            assert earlier.key == m.key or not same(outs(m.variant), outs(earlier.variant)), (earlier.key, m.key)
+
+
+@pytest.mark.parametrize("exercise,cls", [("self_attention", cu.SelfAttention_v2), ("causal", cu.CausalAttention),
+                                          ("wrapper", cu.MultiHeadAttentionWrapper), ("mha", cu.MultiHeadAttention),
+                                          ("gqa", cu.GroupedQueryAttention)])
+def test_grader_reference_equals_course_utils(exercise, cls):
+    """The grader's functional reference computes what course_utils' checked modules compute."""
+    cases = specs.make_cases(exercise)
+    records = run_exercise(cls, exercise, cases)
+    assert all(r["calls"] for r in records)  # the recorder sees the reference being used ...
+    for r in records:
+        r["calls"] = []
+    assert verdict(exercise, records, cases)  # ... and, that ignored, the outputs agree
+    # the same module used as a submission gets no credit
+    refused = grade_class(exercise, cls)
+    assert not refused and refused.diagnosis == "delegates"
+
+
+def test_kv_cache_reference_matches_full_sequence():
+    case = specs.make_cases("kv_cache")[0]
+    outs = specs.expected_outputs("kv_cache", case)
+    stepped = torch.cat([outs["step1.out"], outs["step2.out"], outs["step3.out"]], dim=1)
+    assert torch.allclose(stepped, outs["step4.out"][:, :6], atol=1e-6)
+    mha = cu.MultiHeadAttention(*[case.ctor[a] for a in specs.CONTRACT_ARGS["mha"]]).eval()
+    mha.load_state_dict(case.params, strict=False)
+    with torch.no_grad():
+        assert torch.allclose(mha(case.x), outs["step4.out"], atol=1e-6)
+    assert outs["step3.keys"].shape == (2, 3, 6, 4) and outs["step4.keys"] is None
+
+
+def test_interview_mode_refuses_sdpa_and_course_utils():
+    sdpa = grade("mha_interview", ALTERNATIVES["mha"]["sdpa"])
+    assert not sdpa and sdpa.diagnosis == "forbidden" and "scaled_dot_product_attention" in sdpa.report()
+    assert grade("mha", ALTERNATIVES["mha"]["sdpa"])  # allowed outside interview mode
+    ref = grade_class("mha_interview", cu.MultiHeadAttention)
+    assert not ref and ref.diagnosis == "delegates"
+
+
+def test_contract_shape_mismatch_is_named():
+    src = REFERENCE["mha"].replace("self.W_key = nn.Linear(d_in, d_out", "self.W_key = nn.Linear(d_in, d_in")
+    result = grade("mha", src)
+    assert result.diagnosis == "contract"
+    assert "W_key.weight has shape (4, 4) but the contract needs (12, 4)" in result.report()
+
+
+def test_exception_is_one_line_with_the_learners_line():
+    src = mutate(REFERENCE["mha"], {"MERGE": "ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out + 1)"})
+    result = grade("mha", src)
+    assert result.diagnosis == "exception" and "RuntimeError" in result.summary
+    assert "line" in result.summary and "reshape" in result.summary and "Traceback" not in result.report()
+
+
+def test_check_prints_and_returns(capsys):
+    good = check("causal", load(REFERENCE["causal"], "CausalAttention"))
+    bad = check("causal", load(mutate(REFERENCE["causal"], {"FILL": "pass"}), "CausalAttention"))
+    out = capsys.readouterr().out
+    assert good and not bad
+    assert "✅ causal: all 4 checks passed" in out and "no causal mask" in out
+    with pytest.raises(ValueError, match="unknown exercise"):
+        check("nope", object)
