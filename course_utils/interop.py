@@ -65,3 +65,22 @@ def wrapper_to_mha(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
         mha.out_proj.weight.copy_(torch.eye(mha.d_out, dtype=w.dtype, device=w.device))
         mha.out_proj.bias.zero_()
     return mha
+
+
+def copy_parameters(src: nn.Module, dst: nn.Module) -> nn.Module:
+    """Copy ``src``'s parameters into ``dst`` by name and return ``dst``.
+
+    Parameters only: buffers such as a causal mask are rebuilt by each module's constructor, and an old
+    checkpoint's mask buffer may even use another convention. Names and shapes must match exactly.
+    """
+    src_params, dst_params = dict(src.named_parameters()), dict(dst.named_parameters())
+    if src_params.keys() != dst_params.keys():
+        raise ValueError(f"parameter names differ: only in source {sorted(src_params.keys() - dst_params.keys())}, "
+                         f"only in target {sorted(dst_params.keys() - src_params.keys())}")
+    for name, p in src_params.items():
+        if p.shape != dst_params[name].shape:
+            raise ValueError(f"{name}: source shape {tuple(p.shape)} != target shape {tuple(dst_params[name].shape)}")
+    with torch.no_grad():
+        for name, p in src_params.items():
+            dst_params[name].copy_(p)
+    return dst
