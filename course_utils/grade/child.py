@@ -55,6 +55,10 @@ def main(job_path: str) -> None:
             for ex, name in source.check_calls(code_src):
                 if name and name in namespace:
                     bound[ex] = namespace[name]
+            # its results (e.g. `result = check(...)`) exist only in the learner's kernel: None here, so
+            # later cells guarded by `if result:` skip quietly instead of failing with a NameError
+            for assigned in source.assigned_names(code_src):
+                namespace.setdefault(assigned, None)
             continue
         linecache.cache[filename] = (len(code_src), None, code_src.splitlines(True), filename)
         origin_files[filename] = cell["index"]

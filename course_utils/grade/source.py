@@ -61,6 +61,18 @@ def _parse(source):
         return None
 
 
+def assigned_names(source: str) -> list[str]:
+    """Names a cell binds at its top level with plain assignments (``result = check(...)``)."""
+    tree = _parse(source)
+    if tree is None:
+        return []
+    names = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
 def check_calls(source: str) -> list[tuple[str, str | None]]:
     """(exercise id, name of the checked object) for each ``check("id", Name)`` call in ``source``."""
     tree = _parse(strip_magics(source))

@@ -1,0 +1,18 @@
+"""The grader on the course's own solution notebooks, through the sandboxed path instructors use."""
+from pathlib import Path
+
+from course_utils.grade import runner
+from course_utils.grade.source import assigned_names
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_assigned_names_of_a_check_cell():
+    assert assigned_names('result = check("mha", MultiHeadAttention)\nx: int = 1\nprint(x)') == ["result", "x"]
+
+
+def test_solution_notebook_passes_without_noise_from_skipped_check_cells():
+    # the demo cell after the check cell reads `result`, which only the learner's kernel computes
+    report = runner.grade_file(ROOT / "solutions" / "04_multihead_attention.ipynb")
+    assert report.passed, report.to_dict()
+    assert not any("NameError" in str(note) for note in report.notes), report.notes
