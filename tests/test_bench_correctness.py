@@ -1,0 +1,136 @@
+"""The benchmarks' correctness part, on tiny sizes (no timing assertions: timings are not stable in CI)."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import run as bench
+from benchmarks.decoder import CACHE_MODES, build_model, cache_bytes, generate
+from benchmarks.timing import median_time
+from benchmarks.variants import VARIANTS, bare_sdpa, build_variants, check_variants_agree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = dict(
+    variants=dict(batch=2, seq_len=8, d_in=6, d_out=8, num_heads=2, dtype="float32", atol=1e-5),
+    variant_repeats=1, variant_warmup=0,
+    decoder=dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, prompt_len=3, batch=2),
+    decode_lengths=[2, 4, 8], decode_repeats=2, kv_groups=[4, 2, 1], kv_new_tokens=4,
+)
+TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
+
+
+@pytest.mark.parametrize("d_in, d_out, num_heads, seq_len, context_length", [
+    (6, 8, 2, 5, 9),     # d_in < d_out, sequence shorter than context_length
+    (12, 8, 4, 7, 7),    # d_in > d_out, four heads
+    (8, 8, 2, 6, 10),    # d_in == d_out: nn.MultiheadAttention's packed in_proj
+])
+def test_variants_agree(d_in, d_out, num_heads, seq_len, context_length):
+    fns, modules = build_variants(d_in, d_out, context_length, num_heads, "cpu")
+    assert set(fns) == set(VARIANTS)
+    x = torch.randn(3, seq_len, d_in)
+    errors = check_variants_agree(fns, modules, x, atol=1e-5)
+    assert max(errors.values()) < 1e-5
+
+
+def test_variant_check_catches_a_missing_mask():
+    fns, modules = build_variants(6, 8, 9, 2, "cpu")
+    mha = modules[0]
+
+    def no_mask(x):  # attends to future tokens
+        b, t, _ = x.shape
+        q, k, v = (lin(x).view(b, t, 2, 4).transpose(1, 2) for lin in (mha.W_query, mha.W_key, mha.W_value))
+        ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return mha.out_proj(ctx.transpose(1, 2).reshape(b, t, 8))
+
+    fns["broken"] = no_mask
+    with pytest.raises(AssertionError, match="broken"):
+        check_variants_agree(fns, modules, torch.randn(2, 5, 6), atol=1e-5)
+    # and the bare SDPA helper itself is causal: changing a later token leaves earlier outputs alone
+    x = torch.randn(1, 5, 6)
+    y = x.clone()
+    y[0, 4] += 1.0
+    with torch.no_grad():
+        torch.testing.assert_close(bare_sdpa(mha, x)[0, :4], bare_sdpa(mha, y)[0, :4])
+
+
+def test_greedy_tokens_identical_across_caches():
+    model = build_model(TINY_MODEL, 4, "cpu", torch.float32)
+    prompt = torch.randint(0, 32, (2, 3))
+    tokens = {mode: generate(model, prompt, 12, mode)[0] for mode in CACHE_MODES}
+    assert tokens["none"].shape == (2, 12)
+    for mode in CACHE_MODES[1:]:
+        assert torch.equal(tokens[mode], tokens["none"]), mode
+
+
+def test_tokens_depend_on_the_context():
+    """The identity check above can fail: a decoder that forgets the past produces other tokens."""
+    model = build_model(TINY_MODEL, 4, "cpu", torch.float32)
+    prompt = torch.randint(0, 32, (2, 3))
+    reference = generate(model, prompt, 12, "none")[0]
+    with torch.no_grad():
+        feed, forgetful = prompt, []
+        for _ in range(12):
+            feed = model(feed)[:, -1].argmax(dim=-1, keepdim=True)  # sees only the last token
+            forgetful.append(feed)
+    assert not torch.equal(torch.cat(forgetful, dim=1), reference)
+
+
+@pytest.mark.parametrize("groups", [4, 2, 1])
+def test_cache_bytes_match_the_formula(groups):
+    model = build_model(TINY_MODEL, groups, "cpu", torch.float32)
+    prompt = torch.randint(0, 32, (2, 3))
+    for mode in ("growing", "preallocated"):
+        _, _, caches = generate(model, prompt, 6, mode)
+        measured, theory = cache_bytes(model, caches, 2, 4)
+        # 3 prompt + 5 fed-back tokens; the 6th new token is never fed back
+        assert caches[0].seq_len == 8
+        assert measured == theory == 2 * 2 * groups * 4 * 8 * 2 * 4
+
+
+def test_generate_rejects_too_long_and_bad_mode():
+    model = build_model(TINY_MODEL, 4, "cpu", torch.float32)
+    prompt = torch.randint(0, 32, (1, 10))
+    with pytest.raises(ValueError, match="context_length"):
+        generate(model, prompt, 20, "none")
+    with pytest.raises(ValueError, match="mode"):
+        generate(model, prompt, 2, "static")
+    with pytest.raises(ValueError, match="repeats"):
+        median_time(lambda: None, "cpu", 0)
+
+
+def test_run_writes_json_with_required_keys(tmp_path):
+    out = tmp_path / "cpu-tiny.json"
+    bench.run(TINY, "cpu", out, log=lambda *args: None, quick=True)
+    report = json.loads(out.read_text())
+    for key in ("torch", "device_name", "num_threads", "cpu_model"):
+        assert key in report["env"]
+    assert report["env"]["device_name"] == "cpu"
+    assert set(report["variants"]["results"]) == set(VARIANTS)
+    for timing in report["variants"]["results"].values():
+        for mode in ("forward", "forward_backward"):
+            assert timing[mode]["seconds"] > 0 and timing[mode]["attention_gflop_per_s"] > 0
+    assert report["decoding"]["tokens_identical"] is True
+    for mode in CACHE_MODES:
+        assert set(report["decoding"]["results"][mode]) == {"2", "4", "8"}
+        assert len(report["decoding"]["step_profile_ms"][mode]) == len(report["decoding"]["step_profile_ms"]["positions"])
+    kv = report["kv_variants"]["results"]
+    assert [kv[name]["num_kv_heads"] for name in ("mha", "gqa2", "mqa")] == [4, 2, 1]
+    ratios = report["ratios"]
+    for key in bench.REQUIRED_RATIOS:
+        assert isinstance(ratios[key], float) and ratios[key] >= 0, key
+    assert ratios["gqa_cache_bytes_ratio_error"] == 0.0
+
+
+def test_committed_results_have_required_keys():
+    """A committed results file (what the notebook shows) must have every ratio; skipped before one exists."""
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    if not files:
+        pytest.skip("no committed benchmark results yet")
+    for path in files:
+        report = json.loads(path.read_text())
+        missing = [key for key in bench.REQUIRED_RATIOS if key not in report["ratios"]]
+        assert not missing, f"{path.name} lacks ratios {missing}"
+        assert report["ratios"]["gqa_cache_bytes_ratio_error"] == 0.0
+        assert report["decoding"]["tokens_identical"] is True
