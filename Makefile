@@ -36,7 +36,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
 		--nbval-current-env tests notebooks
 
 bench: $(STAMP)

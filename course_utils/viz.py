@@ -82,7 +82,8 @@ def live_figure(draw, **controls):
     except ImportError:  # no widgets: the static figure alone
         display(Image(figure_png(draw(**values))))
         return None
-    box = widgets.HBox(list(controls.values()))
+    # wrap the controls rather than squeeze them: six in one row shrink JupyterLab's sliders to 0 px
+    box = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
     display(box)
     handle = display(Image(figure_png(draw(**values))), display_id=True)
 
