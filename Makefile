@@ -10,6 +10,7 @@ PIP_ARGS ?=
 SUBMISSIONS ?= submissions
 OUT    ?= grades
 PYTEST_WORKERS ?= 2
+LAB_ARGS ?=
 
 .PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser clean help
 
@@ -32,7 +33,8 @@ $(STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	@# --allow-root only where we are root (containers); LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8890"
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/
 
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
