@@ -13,9 +13,10 @@ class SubmissionError(Exception):
     """The submission cannot be read (not a .py/.ipynb file, invalid notebook JSON, ...)."""
 
 
-# course_utils names a submission may import: the self-check, the book's data, device helpers, plots
+# course_utils names a submission may import: the self-check, the book's data, device helpers, plots, and the
+# KV-cache size formula (arithmetic that implements no part of any exercise)
 ALLOWED_COURSE_NAMES = {"grade", "check", "data", "device", "viz", "book_inputs", "book_batch", "BOOK_TOKENS",
-                        "get_device", "synchronize", "DEVICE_ENV_VAR"}
+                        "get_device", "synchronize", "DEVICE_ENV_VAR", "kv_cache_bytes"}
 FORBIDDEN_IN_INTERVIEW = {"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward"}
 _MAGIC = re.compile(r"^\s*[%!]")
 
