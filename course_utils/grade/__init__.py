@@ -7,7 +7,7 @@ on the same parameters and inputs, and reports the one the learner's outputs rep
 from __future__ import annotations
 
 from . import specs
-from .diagnose import Result, verdict
+from .diagnose import Result, total_checks, verdict
 from .protocol import class_delegation, run_exercise
 from .specs import EXERCISES
 
@@ -19,7 +19,7 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
     if exercise not in EXERCISES:
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        return Result(exercise, False, 0.0, 0, len(specs.make_cases(exercise)), specs.NOT_IMPLEMENTED,
+        return Result(exercise, False, 0.0, 0, total_checks(specs.make_cases(exercise)), specs.NOT_IMPLEMENTED,
                       [f"not implemented yet: define class {specs.CONTRACT_CLASS[exercise]}"])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)

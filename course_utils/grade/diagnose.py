@@ -103,10 +103,15 @@ def _error_line(err: dict) -> str:
     return text + (f" (your {err['line']})" if err["line"] else "")
 
 
+def total_checks(cases) -> int:
+    """One check per case, plus one: the module is deterministic in eval mode."""
+    return len(cases) + 1
+
+
 def verdict(exercise: str, records: list, cases=None, refusals: list | None = None) -> Result:
     """Grade ``records`` (from protocol.run_exercise) against the reference and the mutant catalogue."""
     cases = specs.make_cases(exercise) if cases is None else cases
-    total = len(cases) + 1  # one check per case, plus: deterministic in eval mode
+    total = total_checks(cases)
     refusals = list(refusals or [])
     interview = exercise in specs.INTERVIEW
     for rec in records:
