@@ -104,10 +104,6 @@ def render(path: Path) -> str:
     return nbformat.writes(exercise) + "\n"
 
 
-def _normalized(text: str):
-    return json.loads(text)
-
-
 def generate(src: Path, dst: Path, check: bool = False) -> list[str]:
     """Write (or with ``check``, only compare) ``dst/*.ipynb`` from ``src/*.ipynb``; return what differs."""
     sources = sorted(src.glob("*.ipynb"))
@@ -117,7 +113,7 @@ def generate(src: Path, dst: Path, check: bool = False) -> list[str]:
     for path in sources:
         text, target = render(path), dst / path.name
         current = target.read_text(encoding="utf-8") if target.exists() else None
-        if current is None or _normalized(current) != _normalized(text):
+        if current is None or json.loads(current) != json.loads(text):  # same content, whatever the formatting
             stale.append(f"{target} {'is missing' if current is None else 'is out of date'}")
             if not check:
                 dst.mkdir(parents=True, exist_ok=True)
