@@ -14,7 +14,8 @@ from .attention import (
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
 from .interop import copy_parameters, to_nn_multihead, wrapper_to_mha
-from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache, kv_cache_bytes
+from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
+from .sizes import kv_cache_bytes
 from .masks import (
     allow_to_hide,
     causal_allow_mask,

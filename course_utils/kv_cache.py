@@ -108,7 +108,3 @@ class PreallocatedKVCache(KVCache):
     def nbytes(self):
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
-
-def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2) -> int:
-    """Theoretical KV-cache size: 2 (K and V) * layers * kv_heads * head_dim * tokens * batch * bytes."""
-    return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element

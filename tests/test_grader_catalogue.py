@@ -8,7 +8,7 @@ import torch
 import course_utils as cu
 from course_utils.grade import check, grade_class, specs
 from course_utils.grade.diagnose import compare, verdict
-from course_utils.grade.protocol import run_exercise
+from course_utils.grade.protocol import run_in_process
 from tests.grader_cases.implementations import (ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT,
                                                 mutate)
 
@@ -51,8 +51,10 @@ def test_stub_is_not_implemented(exercise, stub):
 def test_mutant_gets_its_diagnosis(exercise, key, edits):
     result = grade(exercise, mutate(REFERENCE[exercise], edits))
     assert not result and result.diagnosis == key, result.report()
-    messages = [m.message for m in specs.mutants(exercise) + [specs.Mutant(*specs.DROPOUT_EVAL, None)]
-                if m.key == key]
+    named = specs.mutants(exercise) + specs.mutant_pairs(exercise) + [
+        specs.Mutant(*pair, None) for pair in (specs.DROPOUT_EVAL, specs.DROPOUT_IGNORED, specs.DROPOUT_ON_SCORES,
+                                               specs.DROPOUT_ON_OUTPUT, specs.DROPOUT_WRONG, specs.M_LEAVES_AUTOGRAD)]
+    messages = [m.message for m in named if m.key == key]
     assert any(message in result.report() for message in messages)
 
 
@@ -65,7 +67,7 @@ def test_catalogue_sizes():
 @pytest.mark.parametrize("exercise", specs.EXERCISES)
 def test_mutants_are_distinguishable(exercise):
     """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
-    cases = specs.make_cases(exercise)
+    cases = specs.make_cases(exercise, seed=1)
 
     def outs(v):
         return [specs.cached_outputs(exercise, c, v) for c in cases]
@@ -93,7 +95,7 @@ def test_mutants_are_distinguishable(exercise):
 def test_grader_reference_equals_course_utils(exercise, cls):
     """The grader's functional reference computes what course_utils' checked modules compute."""
     cases = specs.make_cases(exercise)
-    records = run_exercise(cls, exercise, cases)
+    records = run_in_process(cls, exercise, cases)
     assert all(r["calls"] for r in records)  # the recorder sees the reference being used ...
     for r in records:
         r["calls"] = []
@@ -106,12 +108,13 @@ def test_grader_reference_equals_course_utils(exercise, cls):
 def test_kv_cache_reference_matches_full_sequence():
     case = specs.make_cases("kv_cache")[0]
     outs = specs.expected_outputs("kv_cache", case)
+    x = case.meta["x_full"]
     stepped = torch.cat([outs["step1.out"], outs["step2.out"], outs["step3.out"]], dim=1)
     assert torch.allclose(stepped, outs["step4.out"][:, :6], atol=1e-6)
     mha = cu.MultiHeadAttention(*[case.ctor[a] for a in specs.CONTRACT_ARGS["mha"]]).eval()
     mha.load_state_dict(case.params, strict=False)
     with torch.no_grad():
-        assert torch.allclose(mha(case.x), outs["step4.out"], atol=1e-6)
+        assert torch.allclose(mha(x), outs["step4.out"], atol=1e-6)
     assert outs["step3.keys"].shape == (2, 3, 6, 4) and outs["step4.keys"] is None
 
 
@@ -142,6 +145,6 @@ def test_check_prints_and_returns(capsys):
     bad = check("causal", load(mutate(REFERENCE["causal"], {"FILL": "pass"}), "CausalAttention"))
     out = capsys.readouterr().out
     assert good and not bad
-    assert "✅ causal: all 4 checks passed" in out and "no causal mask" in out
+    assert "✅ causal: all 7 checks passed" in out and "no causal mask" in out
     with pytest.raises(ValueError, match="unknown exercise"):
         check("nope", object)

@@ -1,79 +1,24 @@
-"""The CLI in subprocesses: exit codes, --json, and one batch of good, wrong, broken and cheating
-submissions (kept few and small: each submission is its own process)."""
-import csv
-import hashlib
+"""The CLI in subprocesses: exit codes, --json, a self-check of one file with and without a sandbox, and the
+refusal to grade a folder of strangers' code without one. The hostile batch is in test_grader_attacks.py."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from course_utils.grade import runner
+from course_utils.grade.sandbox import jail
 from tests.grader_cases.implementations import REFERENCE, mutate
 
 ROOT = Path(__file__).resolve().parents[1]
 WRONG = mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"})
 
 
-def notebook(cells):
-    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": src}
-        for src in cells]})
-
-
-SUBMISSIONS = {
-    "good.ipynb": notebook(["%matplotlib inline\n!echo hi", "from course_utils.grade import check",
-                            REFERENCE["mha"], 'check("mha", MultiHeadAttention)']),
-    "wrong.py": WRONG,
-    "syntax.py": "class MultiHeadAttention(:\n    pass\n",
-    "broken.ipynb": '{"cells": [',
-    "loop.py": REFERENCE["mha"] + "\nwhile True:\n    pass\n",
-    "cheat.py": WRONG + "\nprint('PASSED')\nimport sys\nsys.exit(0)\n",
-    "allclose.py": "import torch\ntorch.allclose = lambda *a, **k: True\n" + WRONG,
-    "delegate.py": "from course_utils import MultiHeadAttention as Ref\n\nclass MultiHeadAttention(Ref):\n    pass\n",
-    "huge.py": REFERENCE["mha"] + "\nbig = torch.empty(2 ** 40)\n",
-}
-
-
-def run_cli(*args):
+def run_cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "course_utils.grade", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    subs = tmp_path_factory.mktemp("subs")
-    for name, text in SUBMISSIONS.items():
-        (subs / name).write_text(text)
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.iterdir()}
-    out = tmp_path_factory.mktemp("out") / "grades"
-    proc = run_cli("--batch", str(subs), "--out", str(out), "--cell-timeout", "3", "--timeout", "60")
-    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.iterdir()}
-    rows = {r["learner"]: r for r in csv.DictReader(open(out / "grades.csv", encoding="utf-8"))}
-    return proc, before, after, rows, out
-
-
-def test_batch_exit_code_and_submissions_untouched(batch):
-    proc, before, after, rows, out = batch
-    assert proc.returncode == 1, proc.stderr
-    assert before == after  # nothing modified, nothing written into the submissions folder
-    assert set(rows) == set(SUBMISSIONS)
-    assert {p.stem for p in (out / "feedback").glob("*.md")} == {Path(n).stem for n in SUBMISSIONS}
-
-
-def test_batch_rows(batch):
-    _, _, _, rows, out = batch
-    assert rows["good.ipynb"]["mha"] == "1" and rows["good.ipynb"]["status"] == "passed"
-    assert rows["wrong.py"]["mha"] != "1" and "scale_d_out" in rows["wrong.py"]["status"]
-    for cheat in ("cheat.py", "allclose.py"):  # printing PASSED, sys.exit(0), patched allclose: no credit
-        assert "scale_d_out" in rows[cheat]["status"], rows[cheat]
-    assert "SyntaxError" in (out / "feedback" / "syntax.md").read_text()
-    assert "invalid JSON" in rows["broken.ipynb"]["status"]
-    assert "timed out" in (out / "feedback" / "loop.md").read_text()
-    assert rows["loop.py"]["mha"] == "1"  # the class was defined before the loop: it is still graded
-    assert "delegates" in rows["delegate.py"]["status"]
-    assert "memory" in (out / "feedback" / "huge.md").read_text()
-    assert rows["huge.py"]["mha"] == "1"
+                          text=True, timeout=300, env=env)
 
 
 def test_single_file_json_and_exit_codes(tmp_path):
@@ -81,10 +26,50 @@ def test_single_file_json_and_exit_codes(tmp_path):
     path.write_text(WRONG)
     proc = run_cli("--exercise", "mha", "--json", str(path))
     assert proc.returncode == 1, proc.stderr
-    data = json.loads(proc.stdout)
-    (result,) = data["results"]
+    (result,) = json.loads(proc.stdout)["results"]
     assert result["exercise"] == "mha" and not result["passed"] and result["diagnosis"] == "scale_d_out"
     assert 0 < result["score"] < 1 and result["messages"]
     path.write_text(REFERENCE["gqa"])
     proc = run_cli(str(path))  # exercises found by the contract class names
     assert proc.returncode == 0 and "✅ gqa" in proc.stdout, proc.stdout + proc.stderr
+    assert run_cli("--exercise", "nope", str(path)).returncode == 2
+    assert run_cli().returncode == 2
+
+
+def test_without_a_sandbox_single_files_still_grade_but_batches_refuse(tmp_path):
+    # PATH without bwrap: what a Mac or Windows instructor sees
+    env = {**os.environ, "PATH": str(tmp_path)}
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "a.py").write_text(REFERENCE["mha"])
+    proc = run_cli("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), env=env)
+    assert proc.returncode == 2 and "--trust-submissions" in proc.stderr and "bubblewrap" in proc.stderr
+    assert not (tmp_path / "g").exists()
+    proc = run_cli("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), "--trust-submissions", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli(str(tmp_path / "subs" / "a.py"), env=env)
+    assert proc.returncode == 0 and "without a sandbox" in proc.stdout
+
+
+def test_unsandboxed_runner_gives_the_same_verdict(tmp_path):
+    path = tmp_path / "answer.py"
+    path.write_text(WRONG)
+    report = runner.grade_file(path, ["mha"], sandboxed=False)
+    assert report.results[0].diagnosis == "scale_d_out"
+
+
+@pytest.mark.skipif(jail.probe() is not None, reason=f"no sandbox here: {jail.probe()}")
+def test_grader_failure_exits_3_and_make_grade_fails(tmp_path, monkeypatch):
+    from course_utils.grade import __main__ as cli
+    from course_utils.grade import batch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the grader")
+
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "a.py").write_text(REFERENCE["mha"])
+    monkeypatch.setattr(batch, "grade_file", broken)
+    code = cli.main(["--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g")])
+    assert code == 3
+    assert "the grader failed on this submission" in (tmp_path / "g" / "grades.csv").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "|| test $$? -eq 1" in makefile  # make grade succeeds on 0 and 1 only: 2 and 3 fail it

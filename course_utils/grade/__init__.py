@@ -1,32 +1,35 @@
 """Autograder for the course's exercises: ``check("mha", MultiHeadAttention)`` in a notebook, or
 ``python -m course_utils.grade`` for files and folders of submissions.
 
-The verdict names the misconception: the grader runs known-wrong variants of the reference (mutants)
-on the same parameters and inputs, and reports the one the learner's outputs reproduce.
+Each run draws its cases from a fresh secret seed. The learner's class runs on them (in the notebook's kernel
+for ``check``, in a sandboxed process for files), and only its raw outputs come back; the verdict is computed
+here: the reference on the same parameters and inputs, and known-wrong variants of it (mutants) to name the
+misconception whose outputs the learner's reproduce.
 """
 from __future__ import annotations
 
 from . import specs
 from .diagnose import Result, total_checks, verdict
-from .protocol import class_delegation, run_exercise
+from .protocol import class_delegation, run_in_process
 from .specs import EXERCISES
 
 __all__ = ["EXERCISES", "Result", "check", "grade_class"]
 
 
-def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None) -> Result:
+def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None,
+                seed: int | None = None) -> Result:
     """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
     if exercise not in EXERCISES:
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+    cases = specs.make_cases(exercise, seed)
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        return Result(exercise, False, 0.0, 0, total_checks(specs.make_cases(exercise)), specs.NOT_IMPLEMENTED,
+        return Result(exercise, False, 0.0, 0, total_checks(cases), specs.NOT_IMPLEMENTED,
                       [f"not implemented yet: define class {specs.CONTRACT_CLASS[exercise]}"])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)
     if reason and ("course_utils" in reason or exercise in specs.INTERVIEW):
         refusals.append(reason)
-    cases = specs.make_cases(exercise)
-    records = [] if refusals else run_exercise(cls, exercise, cases, learner_files)
+    records = [] if refusals else run_in_process(cls, exercise, cases, learner_files)
     return verdict(exercise, records, cases, refusals)
 
 

@@ -1,4 +1,5 @@
-"""Grade a folder of submissions (one file per learner) in parallel; write grades.csv and feedback/*.md."""
+"""Grade a folder of submissions (one file per learner) in parallel sandboxes; write grades.csv and
+feedback/<file>.md. One broken submission never stops the batch."""
 from __future__ import annotations
 
 import csv
@@ -6,8 +7,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .runner import grade_file
+from .diagnose import failure
+from .runner import SubmissionReport, grade_file
 from .specs import EXERCISES
+
+SUBMISSION_SUFFIXES = (".py", ".ipynb")
 
 
 def feedback_markdown(name: str, report) -> str:
@@ -23,17 +27,52 @@ def feedback_markdown(name: str, report) -> str:
     return "\n".join(lines)
 
 
-def grade_folder(submissions, out="grades", workers=None, **limits) -> list:
-    """Grade every .py/.ipynb file in ``submissions``; returns [(learner, report)] and writes into ``out``."""
+def find_submissions(folder: Path) -> tuple[list, list]:
+    """(files to grade, [(name, why skipped)]): hidden files, folders, other file types and links that lead
+    outside the folder are skipped."""
+    files, skipped = [], []
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink():
+            target = p.resolve()
+            if folder not in target.parents:
+                skipped.append((p.name, "a link to a file outside the submissions folder"))
+                continue
+        if not p.is_file():
+            skipped.append((p.name, "not a file"))
+        elif p.suffix not in SUBMISSION_SUFFIXES:
+            skipped.append((p.name, "not a submission (.py or .ipynb)"))
+        else:
+            files.append(p)
+    return files, skipped
+
+
+def grade_folder(submissions, out="grades", workers=None, exercises=None, trusted=False, **limits):
+    """Grade every submission in ``submissions``; returns ([(file name, report)], skipped, grader_failed)
+    and writes grades.csv, feedback/ and skipped.txt into ``out``."""
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
     if not submissions.is_dir():
         raise ValueError(f"submissions folder {submissions} does not exist")
     if out == submissions or submissions in out.parents:
         raise ValueError("the output folder must not be inside the submissions folder (submissions are read-only)")
-    files = sorted(p for p in submissions.iterdir() if p.is_file() and not p.name.startswith("."))
+    files, skipped = find_submissions(submissions)
     workers = workers or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=workers) as pool:  # each submission is its own process
-        reports = list(pool.map(lambda p: grade_file(p, **limits), files))
+    failed_grader = []
+
+    def one(item):
+        slot, path = item
+        try:
+            return grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
+        except Exception as exc:  # noqa: BLE001 - the grader's own failure: this row says so, the batch goes on
+            failed_grader.append(path.name)
+            report = SubmissionReport(str(path), error=f"the grader failed on this submission ({type(exc).__name__}: "
+                                                        f"{str(exc)[:200]}); please report it")
+            report.results = [failure(ex, "grader_error", report.error) for ex in exercises or []]
+            return report
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # each submission is its own sandboxed process
+        reports = list(pool.map(one, enumerate(files)))
     graded = [(p.name, rep) for p, rep in zip(files, reports)]
 
     columns = [ex for ex in EXERCISES if any(r.exercise == ex for _, rep in graded for r in rep.results)]
@@ -44,10 +83,10 @@ def grade_folder(submissions, out="grades", workers=None, **limits) -> list:
         for name, rep in graded:
             scores = {r.exercise: r.score for r in rep.results}
             row = [f"{scores[ex]:g}" if ex in scores else "" for ex in columns]
-            total = sum(scores.values())
             status = "passed" if rep.passed else (rep.error or "; ".join(
                 f"{r.exercise}: {r.diagnosis}" for r in rep.results if not r.passed))
-            writer.writerow([name, *row, f"{total:g}", status])
-    for name, rep in graded:
-        (out / "feedback" / f"{Path(name).stem}.md").write_text(feedback_markdown(name, rep), encoding="utf-8")
-    return graded
+            writer.writerow([name, *row, f"{sum(scores.values()):g}", status])
+    for name, rep in graded:  # the whole file name: alice.py and alice.ipynb get their own feedback
+        (out / "feedback" / f"{name}.md").write_text(feedback_markdown(name, rep), encoding="utf-8")
+    (out / "skipped.txt").write_text("".join(f"{name}: {why}\n" for name, why in skipped), encoding="utf-8")
+    return graded, skipped, failed_grader

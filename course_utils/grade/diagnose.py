@@ -1,5 +1,5 @@
 """The verdict: compare the learner's outputs with the reference, and name the mistake by matching them
-against the catalogue of mutants run on the same parameters and inputs."""
+against the catalogue of mutants run on the same parameters and inputs (and, failing that, pairs of them)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -56,22 +56,36 @@ def _shape(t):
 _WHAT = {"out": "the output", "keys": "present keys", "values": "present values"}
 
 
-def compare(learner: dict, expected: dict) -> str | None:
+def _label(name: str, single: bool) -> str:
+    step, _, rest = name.partition(".")
+    if not rest:
+        return _WHAT.get(step, step)
+    if rest.startswith("grad."):
+        what = "the gradient of the input" if rest == "grad.x" else f"the gradient of {rest[5:]}"
+    else:
+        what = _WHAT.get(rest, rest)
+    return what if single else f"{step}: {what}"
+
+
+def compare(learner: dict, expected: dict, single: bool = True, only_out: bool = False) -> str | None:
     """None when the learner's outputs match, else a one-line reason."""
     for name, exp in expected.items():
+        if only_out and not name.endswith(".out"):
+            continue
         got = learner.get(name)
-        step, _, part = name.rpartition(".")
-        label = (f"{step}: " if step else "") + _WHAT.get(part, part)
+        label = _label(name, single)
         if exp is None:
             if got is not None:
                 return f"{label} must be None when use_cache=False"
             continue
         if got is None:
+            if ".grad." in name:
+                return f"{label} is missing"
             return f"{label} is None, expected a tensor of shape {_shape(exp)}"
         if not isinstance(got, torch.Tensor):
             return f"{label} is {got}, expected a tensor of shape {_shape(exp)}"
         if got.shape != exp.shape:
-            extra = " ([b, num_heads, n_past + n_new, head_dim])" if part in ("keys", "values") else ""
+            extra = " ([b, num_heads, n_past + n_new, head_dim])" if name.endswith(("keys", "values")) else ""
             return f"{label} has shape {_shape(got)} but the contract needs {_shape(exp)}{extra}"
         if not _close(got, exp):
             if torch.isnan(got).any() and not torch.isnan(exp).any():
@@ -81,26 +95,87 @@ def compare(learner: dict, expected: dict) -> str | None:
     return None
 
 
+def _error_matches(err, exp) -> bool:
+    return (err is not None and err["where"] == getattr(exp, "where", "forward")
+            and err.get("step", 1) == getattr(exp, "step", 1))
+
+
 def _matches(exercise, cases, records, mutant) -> bool:
     for case, rec in zip(cases, records):
         exp = specs.cached_outputs(exercise, case, mutant.variant)
         if isinstance(exp, Exception):  # a mutant that crashes matches a learner that crashes there
-            err = rec["error"]
-            if err is None or err["where"] != "forward" or err.get("step", 1) != getattr(exp, "step", 1):
+            if not _error_matches(rec["error"], exp):
                 return False
             continue
-        if rec["error"] is not None or compare(rec["outputs"], exp) is not None:
+        if rec["error"] is not None:
+            return False
+        if compare(rec["outputs"], exp, only_out=mutant.outputs_only) is not None:
             return False
     return True
 
 
 def _error_line(err: dict) -> str:
     where = {"construct": "constructing the module", "load": "loading the grader's parameters",
-             "forward": "forward"}[err["where"]]
+             "forward": "forward", "backward": "the backward pass"}[err["where"]]
     if err["contract"]:
         return f"contract: {err['message']}"
     text = f"{err['type']} in {where}: {err['message']}"
     return text + (f" (your {err['line']})" if err["line"] else "")
+
+
+# ------------------------------------------------------------------------------------------------------
+# dropout in training mode
+
+
+def dropout_problem(case: specs.Case, outputs: dict):
+    """None when the training-mode call applied dropout to the attention weights, else (key, message).
+
+    In a training case each element of a head's context vector is one attention weight (one-hot inputs and
+    values, orthogonal out_proj), so with dropout p on the weights every element is either 0 or its eval-mode
+    value / (1 - p). It is checked against the learner's own eval-mode output, so that the learner's other
+    mistakes do not hide or fake this one, and any order of drawing the random mask is fine.
+    """
+    ev, tr = outputs.get("step1.out"), outputs.get("step2.out")
+    if not isinstance(ev, torch.Tensor) or not isinstance(tr, torch.Tensor) or ev.shape != tr.shape:
+        return None  # the output check reports this
+    p = float(case.ctor["dropout"])
+    if torch.allclose(tr, ev, rtol=RTOL, atol=ATOL):
+        return specs.DROPOUT_IGNORED
+
+    def dropped_weights(e, t):
+        kept_value = (t - e / (1 - p)).abs() <= 1e-4 + 1e-3 * e.abs()
+        zero = t.abs() <= 1e-6
+        live = e.abs() > 1e-6
+        if not bool((kept_value | zero).all()):
+            return False
+        share = (zero & live).sum().item() / max(1, live.sum().item())
+        return 0.1 <= share <= 0.9
+
+    w = case.params.get("out_proj.weight")
+    to_ctx = (lambda out: out.double() @ w.double()) if w is not None else (lambda out: out.double())
+    ctx_e, ctx_t = to_ctx(ev), to_ctx(tr)
+    if dropped_weights(ctx_e, ctx_t):
+        return None
+    if w is not None and dropped_weights(ev.double(), tr.double()):
+        return specs.DROPOUT_ON_OUTPUT
+    # softmax after dropout on the scores: the weights of each query still sum to 1
+    tokens = case.meta["tokens"]
+    head_width = ctx_t.shape[-1] // (case.ctor.get("num_heads", 1))
+    rows = ctx_t.unflatten(-1, (-1, head_width))[..., :tokens].sum(-1)
+    if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+        return specs.DROPOUT_ON_SCORES
+    nonzero = ctx_t.abs() > 1e-6
+    if nonzero.any():
+        ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
+        if ratio > 1 and abs(ratio - 1 / (1 - p)) > 1e-3:
+            key, message = specs.DROPOUT_WRONG
+            return key, (f"{message}; the kept weights are scaled by {ratio:.3g}, as for dropout "
+                         f"p={1 - 1 / ratio:.2g}, but the constructor's dropout is {p:g}")
+    return specs.DROPOUT_WRONG
+
+
+# ------------------------------------------------------------------------------------------------------
+# the verdict
 
 
 def total_checks(cases) -> int:
@@ -108,10 +183,16 @@ def total_checks(cases) -> int:
     return len(cases) + 1
 
 
-def verdict(exercise: str, records: list, cases=None, refusals: list | None = None) -> Result:
-    """Grade ``records`` (from protocol.run_exercise) against the reference and the mutant catalogue."""
-    cases = specs.make_cases(exercise) if cases is None else cases
-    total = total_checks(cases)
+def _nondeterministic(records) -> bool:
+    for rec in records:
+        a, b = rec["outputs"].get("step1.out"), rec["outputs"].get("repeat.out")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape:
+            if not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
+                return True
+    return False
+
+
+def _refusals(exercise, records, refusals):
     refusals = list(refusals or [])
     interview = exercise in specs.INTERVIEW
     for rec in records:
@@ -120,24 +201,34 @@ def verdict(exercise: str, records: list, cases=None, refusals: list | None = No
                 refusals.append(f"calls course_utils' reference code ({call})")
             elif interview:
                 refusals.append(f"uses {call}, which interview mode does not allow")
+    return list(dict.fromkeys(refusals))
+
+
+def verdict(exercise: str, records: list, cases: list, refusals: list | None = None) -> Result:
+    """Grade validated ``records`` (one per case) against the reference and the mutant catalogue."""
+    total = total_checks(cases)
+    refusals = _refusals(exercise, records, refusals)
+    interview = exercise in specs.INTERVIEW
     if refusals:
-        refusals = list(dict.fromkeys(refusals))
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"
         head = ("no credit: interview mode (手撕MHA) asks for the computation by hand, without "
                 "F.scaled_dot_product_attention, nn.MultiheadAttention or course_utils" if key == "forbidden"
                 else "no credit: the submission delegates to course_utils' reference implementation")
         return Result(exercise, False, 0.0, 0, total, key, [head + ": " + refusals[0]] + refusals[1:])
 
-    expected = [specs.cached_outputs(exercise, c, specs.correct_variant(exercise)) for c in cases]
-    reasons = []
-    for case, rec, exp in zip(cases, records, expected):
+    reasons, dropout = [], None
+    for case, rec in zip(cases, records):
+        single = len(case.calls) == 1 or case.kind == "train"
         if rec["error"] is not None:
             reasons.append((case.name, _error_line(rec["error"])))
-        else:
-            why = compare(rec["outputs"], exp)
-            if why is not None:
-                reasons.append((case.name, why))
-    nondeterministic = any(r["repeat_differs"] for r in records)
+            continue
+        why = compare(rec["outputs"], specs.cached_outputs(exercise, case, specs.correct_variant(exercise)), single)
+        if why is None and case.kind == "train":
+            dropout = dropout_problem(case, rec["outputs"])
+            why = dropout[1] if dropout else None
+        if why is not None:
+            reasons.append((case.name, why))
+    nondeterministic = _nondeterministic(records)
     ran = any(r["error"] is None for r in records)  # determinism is only a check when something ran
     passed = len(cases) - len(reasons) + (1 if ran and not nondeterministic else 0)
     if passed == total:
@@ -145,29 +236,36 @@ def verdict(exercise: str, records: list, cases=None, refusals: list | None = No
     score = round(passed / total, 3)
     details = [f"case '{name}': {why}" for name, why in reasons]
 
+    def result(key, message):
+        return Result(exercise, False, score, passed, total, key, [message] + details)
+
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         return Result(exercise, False, 0.0, 0, total, specs.NOT_IMPLEMENTED,
                       [f"not implemented yet: write {specs.CONTRACT_CLASS[exercise]} (it raises "
                        "NotImplementedError)"])
     if nondeterministic:
-        return Result(exercise, False, score, passed, total, specs.DROPOUT_EVAL[0],
-                      [specs.DROPOUT_EVAL[1]] + details)
+        return result(*specs.DROPOUT_EVAL)
+    if dropout and len(reasons) == 1:
+        return result(*dropout)
     for mutant in specs.mutants(exercise):
         if _matches(exercise, cases, records, mutant):
-            return Result(exercise, False, score, passed, total, mutant.key, [mutant.message] + details)
+            return result(mutant.key, mutant.message)
+    if any(e["where"] == "forward" and "numpy" in e["message"] for e in errors):
+        return result(*specs.M_LEAVES_AUTOGRAD)
     if errors and errors[0]["contract"]:
-        return Result(exercise, False, score, passed, total, "contract", [_error_line(errors[0])] + details)
+        return result("contract", _error_line(errors[0]))
     if errors:
-        return Result(exercise, False, score, passed, total, "exception", [_error_line(errors[0])] + details)
+        return result("exception", _error_line(errors[0]))
+    for mutant in specs.mutant_pairs(exercise):
+        if _matches(exercise, cases, records, mutant):
+            return result(mutant.key, mutant.message)
     if any("shape" in why for _, why in reasons):
-        return Result(exercise, False, score, passed, total, "wrong_shape",
-                      ["wrong output shape: " + next(w for _, w in reasons if "shape" in w)] + details)
-    return Result(exercise, False, score, passed, total, "wrong_values",
-                  ["outputs differ from the reference, and match no known mistake; compare your steps with "
-                   "the notebook's"] + details)
+        return result("wrong_shape", "wrong output shape: " + next(w for _, w in reasons if "shape" in w))
+    return result("wrong_values", "outputs differ from the reference, and match no known mistake; compare your "
+                                  "steps with the notebook's")
 
 
 def failure(exercise: str, key: str, message: str) -> Result:
     """A result for a submission that could not be run at all (syntax error, timeout, missing class...)."""
-    return Result(exercise, False, 0.0, 0, len(specs.make_cases(exercise)) + 1, key, [message])
+    return Result(exercise, False, 0.0, 0, total_checks(specs.make_cases(exercise, seed=0)), key, [message])

@@ -1,25 +1,19 @@
-"""Grade one submission file in its own process, with a per-cell and a total timeout and a memory cap."""
+"""Grade one submission file: read it here, run it in a sandbox on cases drawn from a secret seed, and
+compute the verdict here from the raw outputs that come back."""
 from __future__ import annotations
 
-import json
-import os
-import resource
-import shutil
-import subprocess
-import sys
-import tempfile
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import source, specs
-from .diagnose import Result, failure, verdict
+from . import protocol, source, specs
+from .diagnose import failure, verdict
+from .sandbox import jail
 
-MEMORY_CAP = 4 << 30  # address space: torch needs ~1 GiB just to import
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = 120.0
-_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass
@@ -38,23 +32,21 @@ class SubmissionReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def _limit(mem_bytes):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
 def _fail_all(report, exercises, key, message):
     report.error = message
     report.results = [failure(ex, key, message) for ex in exercises]
     return report
 
 
+def _strings(value, limit=50) -> list:
+    return [str(v)[:400] for v in value[:limit]] if isinstance(value, list) else []
+
+
 def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout=TOTAL_TIMEOUT,
-               mem_bytes=MEMORY_CAP) -> SubmissionReport:
-    """Grade ``path`` (.py or .ipynb) on ``exercises`` (default: those found in it); never raises for
-    a broken submission. The submission file is only read."""
+               sandboxed: bool = True, slot: int = 0) -> SubmissionReport:
+    """Grade ``path`` (.py or .ipynb) on ``exercises`` (default: those found in it); never raises for a
+    broken submission. The submission file is only read. ``sandboxed=False`` runs it in a plain child
+    process (trusted submissions, or a machine without bubblewrap)."""
     path = Path(path)
     report = SubmissionReport(str(path))
     for ex in exercises or []:
@@ -62,62 +54,66 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
             raise ValueError(f"unknown exercise {ex!r}; known: {', '.join(specs.EXERCISES)}")
     try:
         cells = source.read_cells(path)
-    except SubmissionError as exc:
+    except source.SubmissionError as exc:
         return _fail_all(report, exercises or [], "unreadable", str(exc))
     exercises = list(exercises or source.find_exercises(cells))
     if not exercises:
         report.error = "no exercise found: no check(\"id\", ...) call and no contract class name"
         return report
-    imports = [f"cell {c['index']}: {imp}" if len(cells) > 1 else imp
-               for c in cells for imp in source.course_imports(c["source"])]
 
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        copy = Path(tmp) / ("submission" + path.suffix)
-        shutil.copyfile(path, copy)  # the child never sees the original
-        out, job = Path(tmp) / "result.pt", Path(tmp) / "job.json"
-        job.write_text(json.dumps({"submission": str(copy), "exercises": exercises, "cell_timeout": cell_timeout,
-                                   "out": str(out)}))
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP",)}
-        env["PYTHONPATH"] = _ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", MPLBACKEND="Agg")
-        errlog = Path(tmp) / "stderr.txt"
-        try:
-            with open(errlog, "wb") as err:
-                proc = subprocess.run([sys.executable, "-m", "course_utils.grade.child", str(job)], cwd=tmp,
-                                      env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                      timeout=total_timeout, preexec_fn=_limit(mem_bytes))
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            return _fail_all(report, exercises, "timeout",
-                             f"grading stopped after {total_timeout:g} s (an infinite loop?)")
-        if not out.exists():
-            tail = errlog.read_text(errors="replace").strip().splitlines()[-1:] if errlog.exists() else []
-            why = f"the submission ended the grading process (exit code {rc}) before any result"
-            if tail and "MemoryError" in tail[0] or rc in (-9, 137):
-                why += ", out of memory?"
-            return _fail_all(report, exercises, "crashed", why + (f": {tail[0][:200]}" if tail else ""))
-        try:
-            data = torch.load(out, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - a tampered result file gets no credit
-            return _fail_all(report, exercises, "crashed", f"unreadable grading result: {type(exc).__name__}")
+    prepared, notes = [], []
+    for cell in cells:
+        code, note = source.prepare_cell(cell["source"])
+        if note:
+            notes.append(f"cell {cell['index']}: {note}")
+        if code.strip():
+            prepared.append({"index": cell["index"], "source": code})
+    where = (lambda c: f"cell {c['index']}: ") if len(cells) > 1 else (lambda c: "")
+    imports = [f"imports {where(c)}{imp}" for c in prepared for imp in source.course_imports(c["source"])]
+    forbidden = [f"uses {where(c)}{v}" for c in prepared for v in source.interview_violations(c["source"])]
 
-    report.notes = list(data.get("cells", []))
-    by_index = {c["index"]: c["source"] for c in cells}
+    cases = {ex: specs.make_cases(ex) for ex in exercises}  # a fresh secret seed per submission
+    plan = {"cell_timeout": float(cell_timeout), "cells": prepared,
+            "exercises": {ex: protocol.plan(ex, cases[ex]) for ex in exercises}}
+    buffer = io.BytesIO()
+    torch.save(plan, buffer)
+    outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed)
+    if outcome.timed_out:
+        return _fail_all(report, exercises, "timeout", f"grading stopped after {total_timeout:g} s (an infinite loop?)")
+    if outcome.too_big:
+        return _fail_all(report, exercises, "crashed", "the submission's grading result was too large")
+    if not outcome.result:
+        tail = outcome.stderr_tail.strip().splitlines()[-1:]
+        why = f"the submission ended the grading process (exit code {outcome.returncode}) before any result"
+        if (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137):
+            why += ", out of memory?"
+        return _fail_all(report, exercises, "crashed", why + (f": {tail[0][:200]}" if tail else ""))
+    try:
+        data = torch.load(io.BytesIO(outcome.result), weights_only=True)
+        if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
+            raise protocol.BadResult("not a mapping of exercises")
+    except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
+        return _fail_all(report, exercises, "crashed", f"unreadable grading result ({type(exc).__name__})")
+
+    report.notes = notes + _strings(data.get("notes"))
     for ex in exercises:
-        entry = data["exercises"].get(ex)
-        if entry is None or entry.get("missing"):
-            why = entry["missing"] if entry else f"{ex} was not graded"
-            hint = f" ({report.notes[0]})" if report.notes else ""
-            report.results.append(failure(ex, "missing", why + hint))
+        refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
+        if refusals:  # known from the source alone, whatever the child ran or failed to run
+            report.results.append(verdict(ex, [], cases[ex], refusals=refusals))
             continue
-        refusals = [f"imports {imp}" for imp in imports]
-        if entry.get("delegation") and ("course_utils" in entry["delegation"] or ex in specs.INTERVIEW):
-            refusals.append(entry["delegation"])
-        if ex in specs.INTERVIEW and entry.get("origin"):
-            cell_index, line = entry["origin"]
-            refusals += [f"uses {v}" for v in source.interview_violations(by_index.get(cell_index, ""), line)]
-        report.results.append(verdict(ex, entry["records"], refusals=refusals))
+        entry = data["exercises"].get(ex)
+        if not isinstance(entry, dict):
+            report.results.append(failure(ex, "missing", f"{ex} was not graded"))
+            continue
+        missing = entry.get("missing")
+        if missing is not None:
+            hint = f" ({report.notes[0]})" if report.notes else ""
+            report.results.append(failure(ex, "missing", str(missing)[:300] + hint))
+            continue
+        try:
+            records = protocol.validate(entry.get("records"), cases[ex])
+        except protocol.BadResult as exc:
+            report.results.append(failure(ex, "crashed", f"malformed grading result: {exc}"))
+            continue
+        report.results.append(verdict(ex, records, cases[ex]))
     return report
-
-
-SubmissionError = source.SubmissionError

@@ -7,6 +7,7 @@ the variant whose outputs the learner's reproduce.
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -41,6 +42,7 @@ class Variant:
     """Flags of the reference forward; the defaults are the correct computation."""
     scale: str = "head_dim"     # head_dim | d_out | d_in | none | no_sqrt
     softmax_dim: int = -1       # -1 keys (right) | -2 queries | 1 heads
+    softmax: str = "stable"     # stable | naive (exp / sum without subtracting the row max)
     mask: str = "causal"        # causal | none | inverted | zero_fill | after_softmax | diagonal | top_left
                                 # | unsliced | square_slice | first_chunk_only
     fill: float = float("-inf")  # value written into hidden scores
@@ -50,8 +52,9 @@ class Variant:
     keys_from: str = "W_key"    # which projection makes the keys
     values_from: str = "W_value"
     kv_layout: str = "interleave"  # interleave | tile | group0
-    cache: str = "ok"           # ok | only_new | not_updated | wrong_axis
+    cache: str = "ok"           # ok | only_new | not_updated | wrong_axis | own_state
     wrapper: str = "ok"         # ok | shared | sum | cat_tokens
+    grad: str = "ok"            # ok | detach_kv | detach_weights | no_grad
 
 
 @dataclass(frozen=True)
@@ -59,18 +62,40 @@ class Mutant:
     key: str
     message: str
     variant: Variant
+    outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
+
+
+@dataclass
+class Call:
+    """One call of the learner's module. ``past``: None, the index of an earlier call whose ``present`` is
+    passed back, or "given" (the case's own past, which the module never produced)."""
+    x: torch.Tensor
+    train: bool = False
+    seed: int = 0
+    grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
+    past: int | str | None = None
+    use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
 
 
 @dataclass
 class Case:
-    """One configuration: constructor arguments, parameters (by name), input and the calls to make."""
+    """One configuration: constructor arguments, parameters (by name) and the calls to make."""
     name: str
     ctor: dict
     params: dict
-    x: torch.Tensor
-    # kv_cache: list of (start, end, use_cache, pass_past); others: None (one plain call on x)
-    steps: list | None = None
+    calls: list
+    kind: str = "plain"          # plain | grad | train | large | cache
+    given_past: tuple | None = None
     meta: dict = field(default_factory=dict)
+
+    @property
+    def x(self):
+        return self.calls[0].x
+
+
+class NoGradient(Exception):
+    """The reference variant's output carries no gradient (the learner's forward ran under no_grad)."""
+    where = "backward"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,18 +120,29 @@ def _hide_mask(v: Variant, num_q, num_k, context_length, past_len):
     return ~hide if v.mask == "inverted" else hide
 
 
+def _softmax(scores, v: Variant):
+    if v.softmax == "naive":
+        e = torch.exp(scores)
+        return e / e.sum(dim=v.softmax_dim, keepdim=True)
+    return torch.softmax(scores, dim=v.softmax_dim)
+
+
 def _core(q, k, val, v: Variant, cfg, past_len):
     """Scaled dot-product attention with the variant's mistakes. q (B, h, Sq, hd), k/val (B, h, Sk, hd)."""
     hd = q.shape[-1]
     scale = {"head_dim": math.sqrt(hd), "d_out": math.sqrt(cfg["d_out"]), "d_in": math.sqrt(cfg["d_in"]),
              "none": 1.0, "no_sqrt": float(hd)}[v.scale]
+    if v.grad == "detach_kv":
+        k, val = k.detach(), val.detach()
     scores = q @ k.transpose(-2, -1) / scale  # (B, h, Sq, Sk)
     hide = None if v.mask == "none" else _hide_mask(v, q.shape[-2], k.shape[-2], cfg.get("context_length"), past_len)
     if hide is not None and v.mask != "after_softmax":
         scores = scores.masked_fill(hide, 0.0 if v.mask == "zero_fill" else v.fill)
-    w = torch.softmax(scores, dim=v.softmax_dim)
+    w = _softmax(scores, v)
     if hide is not None and v.mask == "after_softmax":
         w = w.masked_fill(hide, 0.0)
+    if v.grad == "detach_weights":
+        w = w.detach()
     return w @ val
 
 
@@ -151,8 +187,8 @@ def reference_forward(exercise, p, x, cfg, v: Variant = Variant(), past=None, us
     else:
         k_all, v_all = k, val
     if use_cache:
-        present = {"ok": (k_all, v_all), "wrong_axis": (k_all, v_all), "only_new": (k, val),
-                   "not_updated": past if past is not None else (k, val)}[v.cache]
+        present = {"ok": (k_all, v_all), "wrong_axis": (k_all, v_all), "own_state": (k_all, v_all),
+                   "only_new": (k, val), "not_updated": past if past is not None else (k, val)}[v.cache]
     group = nh // ng
     if v.kv_layout == "group0":  # every query head reads group 0
         k_all, v_all = k_all[:, :1].expand(-1, nh, -1, -1), v_all[:, :1].expand(-1, nh, -1, -1)
@@ -167,23 +203,54 @@ def reference_forward(exercise, p, x, cfg, v: Variant = Variant(), past=None, us
     return (out, present) if exercise == "kv_cache" else out
 
 
+def _with_grad(exercise, case: Case, v: Variant, call: Call, tag: str) -> dict:
+    """Outputs of one call with gradients of the input and of every parameter, as the learner's backward
+    of (out * call.grad).sum() computes them."""
+    if v.grad == "no_grad":
+        raise NoGradient("the output carries no gradient")
+    params = {k: t.detach().clone().requires_grad_(True) for k, t in case.params.items()}
+    x = call.x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = reference_forward(exercise, params, x, case.ctor, v)
+        if out.shape != call.grad.shape:  # the wrong shape is what gets reported, as for the learner
+            return {f"{tag}.out": out.detach()}
+        (out * call.grad).sum().backward()
+    grads = {f"{tag}.grad.x": x.grad}
+    grads.update({f"{tag}.grad.{k}": (t.grad if t.grad is not None else torch.zeros_like(t))
+                  for k, t in params.items()})
+    return {f"{tag}.out": out.detach(), **grads}
+
+
 def expected_outputs(exercise, case: Case, v: Variant = Variant()):
-    """Run the variant the way the learner's module is run; returns {name: tensor or None} or raises."""
-    with torch.no_grad():
-        if case.steps is None:
-            out = reference_forward(exercise, case.params, case.x, case.ctor, v)
-            return {"out": out}
-        outs, past = {}, None
-        for i, (start, end, use_cache, pass_past) in enumerate(case.steps):
-            case.meta["step"] = i + 1  # where a crashing variant stops
-            out, present = reference_forward(exercise, case.params, case.x[:, start:end], case.ctor, v,
-                                             past=past if pass_past else None, use_cache=use_cache)
-            outs[f"step{i + 1}.out"] = out
-            outs[f"step{i + 1}.keys"] = None if present is None else present[0]
-            outs[f"step{i + 1}.values"] = None if present is None else present[1]
-            if use_cache:
-                past = present
-        return outs
+    """Run the variant the way the learner's module is run: {name: tensor or None}; raises where the variant
+    crashes (``case.meta['step']`` says at which call). Training-mode calls are checked separately
+    (``dropout_problem``) and have no expected value."""
+    outs, presents, state = {}, {}, None
+    for i, call in enumerate(case.calls):
+        tag = f"step{i + 1}"
+        case.meta["step"] = i + 1
+        if call.train:
+            continue
+        if call.grad is not None:
+            outs.update(_with_grad(exercise, case, v, call, tag))
+            continue
+        with torch.no_grad():
+            if call.use_cache is None:
+                outs[f"{tag}.out"] = reference_forward(exercise, case.params, call.x, case.ctor, v)
+                continue
+            past = (presents[call.past] if isinstance(call.past, int) else
+                    case.given_past if call.past == "given" else None)
+            if v.cache == "own_state":  # the module keeps its own K/V and ignores past_key_value
+                past = state if call.past is not None else None
+            out, present = reference_forward(exercise, case.params, call.x, case.ctor, v, past=past,
+                                             use_cache=call.use_cache)
+            if v.cache == "own_state" and call.use_cache:
+                state = present
+            presents[i] = present
+            outs[f"{tag}.out"] = out
+            outs[f"{tag}.keys"] = None if present is None else present[0]
+            outs[f"{tag}.values"] = None if present is None else present[1]
+    return outs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,26 +283,194 @@ def param_shapes(exercise, cfg) -> dict:
     return shapes
 
 
-def _case(exercise, name, seed, x_shape, steps=None, **ctor):
-    ctor.setdefault("qkv_bias", False)
-    g = torch.Generator().manual_seed(seed)
+def _draw_params(exercise, ctor, g):
     params = {}
     for pname, shape in param_shapes(exercise, ctor).items():
-        fan_in = shape[-1] if len(shape) == 2 else 1
-        scale = 1.0 / math.sqrt(fan_in) if len(shape) == 2 else 0.2
+        scale = 1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.2
         params[pname] = torch.randn(shape, generator=g) * scale * 1.5
-    x = torch.randn(x_shape, generator=g)
-    return Case(name, ctor, params, x, steps)
+    return params
 
 
-_CASES: dict = {}
+def _seed(g) -> int:
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
 
 
-def make_cases(exercise) -> list[Case]:
-    """The exercise's cases (built once; deterministic)."""
-    if exercise not in _CASES:
-        _CASES[exercise] = _make_cases(exercise)
-    return _CASES[exercise]
+def _case(exercise, name, g, x_shape, steps=None, x_scale=1.0, **ctor):
+    """A case with a fresh draw of parameters and input. ``steps``: kv_cache chunks
+    (start, end, use_cache, pass_past) over one sequence."""
+    ctor.setdefault("qkv_bias", False)
+    params = _draw_params(exercise, ctor, g)
+    x = torch.randn(x_shape, generator=g) * x_scale
+    if steps is None:
+        calls = [Call(x, seed=_seed(g), use_cache=False if exercise == "kv_cache" else None)]
+    else:
+        calls, last = [], None
+        for i, (start, end, use_cache, pass_past) in enumerate(steps):
+            calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache))
+            if use_cache:
+                last = i
+    return Case(name, ctor, params, calls, kind="large" if x_scale != 1.0 else "cache" if steps else "plain",
+                meta={"x_full": x})
+
+
+def _grad_case(exercise, name, g, x_shape, **ctor):
+    case = _case(exercise, name, g, x_shape, **ctor)
+    out = reference_forward(exercise, case.params, case.x, case.ctor)
+    out = out[0] if isinstance(out, tuple) else out
+    case.calls[0].grad = torch.randn(out.shape, generator=g)
+    case.kind = "grad"
+    return case
+
+
+def _train_case(exercise, name, g, batch, tokens, **ctor):
+    """Dropout made visible: token t's input is the one-hot e_t and each head's values are the one-hot e_t
+    too, so every element of a head's context vector is one attention weight; out_proj is orthogonal.
+    The module is called in eval mode, then in training mode on the same input."""
+    ctor.setdefault("qkv_bias", False)
+    params = _draw_params(exercise, ctor, g)
+    d_in, d_out = ctor["d_in"], ctor["d_out"]
+    x = torch.eye(tokens, d_in).expand(batch, tokens, d_in).clone()
+    for prefix in ([f"heads.{i}." for i in range(ctor["num_heads"])] if exercise == "wrapper" else [""]):
+        w = params[prefix + "W_value.weight"]
+        hd = d_out if exercise in ("causal", "wrapper") else d_out // ctor["num_heads"]
+        w.zero_()
+        for head in range(w.shape[0] // hd):
+            w[head * hd:head * hd + tokens, :tokens] = torch.eye(tokens)
+    if "out_proj.weight" in params:
+        params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
+        params["out_proj.bias"] = torch.zeros(d_out)
+    use_cache = False if exercise == "kv_cache" else None
+    calls = [Call(x, seed=_seed(g), use_cache=use_cache), Call(x, train=True, seed=_seed(g), use_cache=use_cache)]
+    return Case(name, ctor, params, calls, kind="train", meta={"tokens": tokens})
+
+
+def _given_past_case(exercise, name, g, batch, n_past, n_new, **ctor):
+    """A past the module never produced: keys and values of earlier tokens handed in directly."""
+    case = _case(exercise, name, g, (batch, n_new, ctor["d_in"]), **ctor)
+    heads, hd = ctor["num_heads"], ctor["d_out"] // ctor["num_heads"]
+    case.given_past = (torch.randn(batch, heads, n_past, hd, generator=g),
+                       torch.randn(batch, heads, n_past, hd, generator=g))
+    case.calls = [Call(case.x, seed=_seed(g), past="given", use_cache=True)]
+    case.kind = "cache"
+    return case
+
+
+def _interleaved_case(exercise, name, g, batch, **ctor):
+    """Two sequences decoded in turns with their own caches: A's prompt, B's prompt, A's next chunk, B's."""
+    d_in = ctor["d_in"]
+    ctor.setdefault("qkv_bias", False)
+    params = _draw_params(exercise, ctor, g)
+    a, b = torch.randn(batch, 5, d_in, generator=g), torch.randn(batch, 5, d_in, generator=g)
+    calls = [Call(a[:, :3], seed=_seed(g), use_cache=True), Call(b[:, :2], seed=_seed(g), use_cache=True),
+             Call(a[:, 3:5], seed=_seed(g), past=0, use_cache=True), Call(b[:, 2:5], seed=_seed(g), past=1,
+                                                                          use_cache=True)]
+    return Case(name, ctor, params, calls, kind="cache")
+
+
+def new_seed() -> int:
+    """A fresh secret seed: the learner's code cannot know the cases in advance."""
+    return secrets.randbits(62)
+
+
+def make_cases(exercise, seed: int | None = None) -> list[Case]:
+    """The exercise's cases, drawn from ``seed`` (a fresh secret one when None). The shapes are fixed and
+    chosen to expose the usual bugs: several heads, d_in < d_out and d_in > d_out, sequences shorter than
+    context_length, batch > 1, dropout > 0 in eval mode; the values are new every time."""
+    if exercise not in EXERCISES:
+        raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
+    ex = exercise
+    if ex == "self_attention":
+        return [
+            _case(ex, "d_in=3 > d_out=2, batch 2, 6 tokens", g, (2, 6, 3), d_in=3, d_out=2),
+            _case(ex, "d_in=4 < d_out=6, qkv_bias, batch 3, 5 tokens", g, (3, 5, 4), d_in=4, d_out=6, qkv_bias=True),
+            _case(ex, "unbatched (5 tokens, d_in=5) input, d_out=3", g, (5, 5), d_in=5, d_out=3),
+            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4), d_in=4, d_out=3),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0, d_in=4, d_out=4),
+        ]
+    if ex == "causal":
+        return [
+            _case(ex, "d_in=3, d_out=2, 6 tokens = context_length, dropout 0.5", g, (2, 6, 3),
+                  d_in=3, d_out=2, context_length=6, dropout=0.5),
+            _case(ex, "d_in=4 < d_out=6, 5 tokens < context_length=8, batch 3", g, (3, 5, 4),
+                  d_in=4, d_out=6, context_length=8, dropout=0.1),
+            _case(ex, "d_in=6 > d_out=4, qkv_bias, 4 tokens < context_length=7", g, (2, 4, 6),
+                  d_in=6, d_out=4, context_length=7, dropout=0.0, qkv_bias=True),
+            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
+                       d_in=4, d_out=3, context_length=6, dropout=0.0),
+            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0,
+                  d_in=4, d_out=4, context_length=6, dropout=0.0),
+        ]
+    if ex == "wrapper":
+        return [
+            _case(ex, "2 heads, d_in=3, d_out=2, 6 tokens = context_length", g, (2, 6, 3),
+                  d_in=3, d_out=2, context_length=6, dropout=0.5, num_heads=2),
+            _case(ex, "3 heads, d_in=4 < d_out=5, 5 tokens < context_length=8", g, (2, 5, 4),
+                  d_in=4, d_out=5, context_length=8, dropout=0.1, num_heads=3),
+            _case(ex, "2 heads, d_in=6 > d_out=2, qkv_bias, 4 tokens < context_length=5", g, (3, 4, 6),
+                  d_in=6, d_out=2, context_length=5, dropout=0.0, num_heads=2, qkv_bias=True),
+            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
+                       d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
+            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=5, d_out=5, context_length=6, dropout=0.5,
+                        num_heads=2),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0,
+                  d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
+        ]
+    if ex in ("mha", "mha_interview"):
+        return [
+            _case(ex, "3 heads, d_in=4 < d_out=12, 5 tokens < context_length=8, dropout 0.5", g, (2, 5, 4),
+                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
+            _case(ex, "2 heads, d_in=10 > d_out=6, 6 tokens = context_length, batch 3", g, (3, 6, 10),
+                  d_in=10, d_out=6, context_length=6, dropout=0.1, num_heads=2),
+            _case(ex, "4 heads, d_in=6, d_out=8, qkv_bias, 7 tokens < context_length=9", g, (2, 7, 6),
+                  d_in=6, d_out=8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=True),
+            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 6),
+                       d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=2, qkv_bias=True),
+            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
+                        num_heads=2),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
+        ]
+    if ex == "kv_cache":
+        return [
+            _case(ex, "3 heads, d_in=4 < d_out=12: chunks of 3, 2, 1 tokens with the cache, then no cache", g,
+                  (2, 7, 4), steps=[(0, 3, True, False), (3, 5, True, True), (5, 6, True, True),
+                                    (0, 7, False, False)],
+                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
+            _case(ex, "2 heads, d_in=6 > d_out=4, qkv_bias: chunks of 3, 1, 2 tokens with the cache", g,
+                  (1, 6, 6), steps=[(0, 3, True, False), (3, 4, True, True), (4, 6, True, True)],
+                  d_in=6, d_out=4, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True),
+            _case(ex, "2 heads, d_in=5, d_out=6: prompt of 2 tokens, then one token at a time", g,
+                  (2, 4, 5), steps=[(0, 2, True, False), (2, 3, True, True), (3, 4, True, True)],
+                  d_in=5, d_out=6, context_length=5, dropout=0.1, num_heads=2),
+            _given_past_case(ex, "a past_key_value the module did not produce (3 cached tokens, 2 new)", g, 2, 3, 2,
+                             d_in=5, d_out=8, context_length=8, dropout=0.0, num_heads=2),
+            _interleaved_case(ex, "two sequences decoded in turns, each with its own cache", g, 2,
+                              d_in=4, d_out=6, context_length=8, dropout=0.0, num_heads=2),
+            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
+                        num_heads=2),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
+        ]
+    if ex == "gqa":
+        return [
+            _case(ex, "4 heads in 2 K/V groups, d_in=6 < d_out=8, 6 tokens < context_length=8", g,
+                  (2, 6, 6), d_in=6, d_out=8, context_length=8, dropout=0.5, num_heads=4, num_kv_groups=2),
+            _case(ex, "6 heads in 3 K/V groups, d_in=14 > d_out=12, 6 tokens = context_length", g,
+                  (3, 6, 14), d_in=14, d_out=12, context_length=6, dropout=0.1, num_heads=6, num_kv_groups=3),
+            _case(ex, "MQA: 4 heads, 1 K/V group, qkv_bias, 5 tokens < context_length=9", g, (2, 5, 8),
+                  d_in=8, d_out=8, context_length=9, dropout=0.0, num_heads=4, num_kv_groups=1, qkv_bias=True),
+            _case(ex, "MHA as GQA: 2 heads, 2 groups, d_in=3, d_out=4", g, (2, 4, 3),
+                  d_in=3, d_out=4, context_length=6, dropout=0.2, num_heads=2, num_kv_groups=2),
+            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 6),
+                       d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=4, num_kv_groups=2),
+            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=20, context_length=7, dropout=0.5,
+                        num_heads=4, num_kv_groups=2),
+            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2),
+        ]
+    raise ValueError(f"unknown exercise {exercise!r}")
 
 
 def cached_outputs(exercise, case: Case, v: Variant):
@@ -247,72 +482,9 @@ def cached_outputs(exercise, case: Case, v: Variant):
             memo[v] = expected_outputs(exercise, case, v)
         except Exception as exc:  # noqa: BLE001 - the mistake makes the reference crash too
             exc.step = case.meta["step"]
+            exc.where = getattr(exc, "where", "forward")
             memo[v] = exc
     return memo[v]
-
-
-def _make_cases(exercise) -> list[Case]:
-    """Small cases exposing the usual bugs: several heads, d_in < d_out and d_in > d_out,
-    sequences shorter than context_length, batch > 1, dropout > 0 (the module is in eval mode)."""
-    if exercise == "self_attention":
-        return [
-            _case(exercise, "d_in=3 > d_out=2, batch 2, 6 tokens", 1, (2, 6, 3), d_in=3, d_out=2),
-            _case(exercise, "d_in=4 < d_out=6, qkv_bias, batch 3, 5 tokens", 2, (3, 5, 4), d_in=4, d_out=6,
-                  qkv_bias=True),
-            _case(exercise, "unbatched (5 tokens, d_in=5) input, d_out=3", 3, (5, 5), d_in=5, d_out=3),
-        ]
-    if exercise == "causal":
-        return [
-            _case(exercise, "d_in=3, d_out=2, 6 tokens = context_length, dropout 0.5", 11, (2, 6, 3),
-                  d_in=3, d_out=2, context_length=6, dropout=0.5),
-            _case(exercise, "d_in=4 < d_out=6, 5 tokens < context_length=8, batch 3", 12, (3, 5, 4),
-                  d_in=4, d_out=6, context_length=8, dropout=0.1),
-            _case(exercise, "d_in=6 > d_out=4, qkv_bias, 4 tokens < context_length=7", 13, (2, 4, 6),
-                  d_in=6, d_out=4, context_length=7, dropout=0.0, qkv_bias=True),
-        ]
-    if exercise == "wrapper":
-        return [
-            _case(exercise, "2 heads, d_in=3, d_out=2, 6 tokens = context_length", 21, (2, 6, 3),
-                  d_in=3, d_out=2, context_length=6, dropout=0.5, num_heads=2),
-            _case(exercise, "3 heads, d_in=4 < d_out=5, 5 tokens < context_length=8", 22, (2, 5, 4),
-                  d_in=4, d_out=5, context_length=8, dropout=0.1, num_heads=3),
-            _case(exercise, "2 heads, d_in=6 > d_out=2, qkv_bias, 4 tokens < context_length=5", 23, (3, 4, 6),
-                  d_in=6, d_out=2, context_length=5, dropout=0.0, num_heads=2, qkv_bias=True),
-        ]
-    if exercise in ("mha", "mha_interview"):
-        return [
-            _case(exercise, "3 heads, d_in=4 < d_out=12, 5 tokens < context_length=8, dropout 0.5", 31, (2, 5, 4),
-                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
-            _case(exercise, "2 heads, d_in=10 > d_out=6, 6 tokens = context_length, batch 3", 32, (3, 6, 10),
-                  d_in=10, d_out=6, context_length=6, dropout=0.1, num_heads=2),
-            _case(exercise, "4 heads, d_in=6, d_out=8, qkv_bias, 7 tokens < context_length=9", 33, (2, 7, 6),
-                  d_in=6, d_out=8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=True),
-        ]
-    if exercise == "kv_cache":
-        return [
-            _case(exercise, "3 heads, d_in=4 < d_out=12: chunks of 3, 2, 1 tokens with the cache, then no cache",
-                  41, (2, 7, 4), steps=[(0, 3, True, False), (3, 5, True, True), (5, 6, True, True),
-                                        (0, 7, False, False)],
-                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
-            _case(exercise, "2 heads, d_in=6 > d_out=4, qkv_bias: chunks of 2, 3, 1 tokens with the cache", 42,
-                  (1, 6, 6), steps=[(0, 2, True, False), (2, 5, True, True), (5, 6, True, True)],
-                  d_in=6, d_out=4, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True),
-            _case(exercise, "2 heads, d_in=5, d_out=6: prompt of 2 tokens, then one token at a time", 43,
-                  (2, 4, 5), steps=[(0, 2, True, False), (2, 3, True, True), (3, 4, True, True)],
-                  d_in=5, d_out=6, context_length=5, dropout=0.1, num_heads=2),
-        ]
-    if exercise == "gqa":
-        return [
-            _case(exercise, "4 heads in 2 K/V groups, d_in=6 < d_out=8, 6 tokens < context_length=8", 51,
-                  (2, 6, 6), d_in=6, d_out=8, context_length=8, dropout=0.5, num_heads=4, num_kv_groups=2),
-            _case(exercise, "6 heads in 3 K/V groups, d_in=14 > d_out=12, 6 tokens = context_length", 52,
-                  (3, 6, 14), d_in=14, d_out=12, context_length=6, dropout=0.1, num_heads=6, num_kv_groups=3),
-            _case(exercise, "MQA: 4 heads, 1 K/V group, qkv_bias, 5 tokens < context_length=9", 53, (2, 5, 8),
-                  d_in=8, d_out=8, context_length=9, dropout=0.0, num_heads=4, num_kv_groups=1, qkv_bias=True),
-            _case(exercise, "MHA as GQA: 2 heads, 2 groups, d_in=3, d_out=4", 54, (2, 4, 3),
-                  d_in=3, d_out=4, context_length=6, dropout=0.2, num_heads=2, num_kv_groups=2),
-        ]
-    raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,13 +543,36 @@ M_NOT_UPDATED = ("cache_not_updated", "cache not updated: present returns the ol
                  "+ new keys/values")
 M_WRONG_AXIS = ("cache_wrong_axis", "cache concatenated on the wrong axis: keys/values are [b, num_heads, n, "
                 "head_dim], concatenate on dim=2 (the tokens)")
+M_NAIVE_SOFTMAX = ("softmax_overflow", "softmax without subtracting the row max: exp() overflows to inf for large "
+                   "scores and the weights become NaN; use torch.softmax (or subtract scores.amax(-1, keepdim=True))")
+M_DETACH_KV = ("grad_detached_kv", "no gradient reaches W_key and W_value: keys/values are .detach()ed (or rebuilt "
+               "from .data); keep them in the autograd graph")
+M_DETACH_WEIGHTS = ("grad_detached_weights", "no gradient flows through the attention weights to W_query and W_key: "
+                    "they are .detach()ed or computed outside autograd (.numpy(), .tolist(), torch.tensor(...))")
+M_NO_GRAD = ("grad_none", "the output carries no gradient: forward runs under torch.no_grad() (or detaches its "
+             "result), so the module could never be trained")
+M_LEAVES_AUTOGRAD = ("grad_leaves_autograd", "forward fails when gradients are on: the computation leaves autograd "
+                     "(.numpy() on a tensor that requires grad); use torch operations throughout")
+M_SPLIT_MERGE = ("split_merge_no_transpose", "heads split with view(b, num_heads, T, head_dim) and merged back with "
+                 "view(b, T, d_out), without transposes: each 'head' then mixes tokens; use view(b, T, num_heads, "
+                 "head_dim).transpose(1, 2) and transpose back before merging")
+M_IGNORES_PAST = ("cache_ignores_past", "the module ignores past_key_value: it keeps its own cache (or recomputes "
+                  "from stored inputs), so a past it did not produce, or two sequences decoded in turns, give "
+                  "wrong outputs; attend to the past_key_value you are given")
+DROPOUT_IGNORED = ("dropout_ignored", "dropout has no effect in training mode: apply self.dropout(p) to the "
+                   "attention weights")
+DROPOUT_ON_SCORES = ("dropout_on_scores", "dropout applied to the scores before the softmax: it must act on the "
+                     "attention weights after the softmax (dropped weights are 0, the others scaled by 1/(1-p))")
+DROPOUT_ON_OUTPUT = ("dropout_on_output", "dropout applied to the output instead of the attention weights")
+DROPOUT_WRONG = ("dropout_wrong", "in training mode the output is not attention with dropout on the weights: each "
+                 "weight must be either 0 or weight/(1-p), with dropout p")
 DROPOUT_EVAL = ("dropout_in_eval", "dropout active in eval mode: outputs change from call to call after .eval(); "
                 "use self.dropout = nn.Dropout(p) (or dropout_p=p if self.training else 0.0)")
 NOT_IMPLEMENTED = "not_implemented"
 
 
-def _m(pair, variant):
-    return Mutant(pair[0], pair[1], variant)
+def _m(pair, variant, outputs_only=False):
+    return Mutant(pair[0], pair[1], variant, outputs_only)
 
 
 def _causal_common(base: Variant):
@@ -394,6 +589,21 @@ def _causal_common(base: Variant):
     ]
 
 
+def _grad_mutants(base: Variant):
+    """Mistakes only the gradients (and large scores) show: the eval-mode outputs are right."""
+    return [_m(M_NAIVE_SOFTMAX, replace(base, softmax="naive")),
+            _m(M_NO_GRAD, replace(base, grad="no_grad")),
+            _m(M_DETACH_KV, replace(base, grad="detach_kv")),
+            _m(M_DETACH_WEIGHTS, replace(base, grad="detach_weights"))]
+
+
+def _heads_mutants(base: Variant):
+    return [_m(M_SPLIT_MERGE, replace(base, split="no_transpose", merge="no_transpose")),
+            _m(M_SPLIT, replace(base, split="no_transpose")),
+            _m(M_MERGE, replace(base, merge="no_transpose")),
+            _m(M_NO_OUT, replace(base, out_proj=False))]
+
+
 def mutants(exercise) -> list[Mutant]:
     """Known-wrong variants for ``exercise``, most specific first."""
     if exercise == "self_attention":
@@ -401,29 +611,28 @@ def mutants(exercise) -> list[Mutant]:
                 _m(M_SCALE_D_IN, replace(_PLAIN, scale="d_in")),
                 _m(M_SOFTMAX, replace(_PLAIN, softmax_dim=-2)), _m(M_KEYS_Q, replace(_PLAIN, keys_from="W_query")),
                 _m(M_VALUES_K, replace(_PLAIN, values_from="W_key")),
-                _m(M_CAUSAL_SA, _CAUSAL)]
+                _m(M_CAUSAL_SA, _CAUSAL)] + _grad_mutants(_PLAIN)
     if exercise == "causal":
         return [_m(M_NO_SCALE, replace(_CAUSAL, scale="none")), _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2)),
-                _m(M_KEYS_Q, replace(_CAUSAL, keys_from="W_query"))] + _causal_common(_CAUSAL)
+                _m(M_KEYS_Q, replace(_CAUSAL, keys_from="W_query"))] + _causal_common(_CAUSAL) + \
+            _grad_mutants(_CAUSAL)
     if exercise == "wrapper":
         return [_m(M_SHARED, replace(_CAUSAL, wrapper="shared")), _m(M_SUM, replace(_CAUSAL, wrapper="sum")),
                 _m(M_CAT_TOKENS, replace(_CAUSAL, wrapper="cat_tokens")),
                 _m(M_NO_SCALE, replace(_CAUSAL, scale="none")),
-                _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2))] + _causal_common(_CAUSAL)
+                _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2))] + _causal_common(_CAUSAL) + _grad_mutants(_CAUSAL)
     if exercise in ("mha", "mha_interview", "gqa"):
         found = [_m(M_SCALE_D_OUT, replace(_CAUSAL, scale="d_out")), _m(M_SCALE_D_IN, replace(_CAUSAL, scale="d_in")),
                  _m(M_NO_SCALE, replace(_CAUSAL, scale="none")), _m(M_NO_SQRT, replace(_CAUSAL, scale="no_sqrt")),
-                 _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2)), _m(M_SOFTMAX_HEADS, replace(_CAUSAL, softmax_dim=1)),
-                 _m(M_SPLIT, replace(_CAUSAL, split="no_transpose")),
-                 _m(M_MERGE, replace(_CAUSAL, merge="no_transpose")),
-                 _m(M_NO_OUT, replace(_CAUSAL, out_proj=False))]
+                 _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2)), _m(M_SOFTMAX_HEADS, replace(_CAUSAL, softmax_dim=1))]
+        found += _heads_mutants(_CAUSAL)
         if exercise == "gqa":
             found = [_m(M_TILED, replace(_CAUSAL, kv_layout="tile")),
                      _m(M_GROUP0, replace(_CAUSAL, kv_layout="group0"))] + found
         else:
             found += [_m(M_KEYS_Q, replace(_CAUSAL, keys_from="W_query")),
                       _m(M_VALUES_K, replace(_CAUSAL, values_from="W_key"))]
-        return found + _causal_common(_CAUSAL)
+        return found + _causal_common(_CAUSAL) + _grad_mutants(_CAUSAL)
     if exercise == "kv_cache":
         return [_m(M_TOP_LEFT, replace(_CAUSAL, mask="top_left")),
                 _m(M_FIRST_ONLY, replace(_CAUSAL, mask="first_chunk_only")),
@@ -431,11 +640,30 @@ def mutants(exercise) -> list[Mutant]:
                 _m(M_ONLY_NEW, replace(_CAUSAL, cache="only_new")),
                 _m(M_NOT_UPDATED, replace(_CAUSAL, cache="not_updated")),
                 _m(M_WRONG_AXIS, replace(_CAUSAL, cache="wrong_axis")),
-                _m(M_SCALE_D_OUT, replace(_CAUSAL, scale="d_out")),
-                _m(M_SPLIT, replace(_CAUSAL, split="no_transpose")),
-                _m(M_MERGE, replace(_CAUSAL, merge="no_transpose")),
-                _m(M_NO_OUT, replace(_CAUSAL, out_proj=False))] + _causal_common(_CAUSAL)
+                _m(M_IGNORES_PAST, replace(_CAUSAL, cache="own_state"), outputs_only=True),
+                _m(M_SCALE_D_OUT, replace(_CAUSAL, scale="d_out"))] + _heads_mutants(_CAUSAL) + \
+            _causal_common(_CAUSAL) + [_m(M_NAIVE_SOFTMAX, replace(_CAUSAL, softmax="naive"))]
     raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+
+
+def mutant_pairs(exercise) -> list[Mutant]:
+    """Two known mistakes at once, named together: the combinations of mutants that change different flags."""
+    singles, seen, pairs = mutants(exercise), set(), []
+    base = correct_variant(exercise)
+    for i, a in enumerate(singles):
+        for b in singles[i + 1:]:
+            if a.key == b.key or a.outputs_only or b.outputs_only:
+                continue
+            fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
+            fb = {f for f in base.__dataclass_fields__ if getattr(b.variant, f) != getattr(base, f)}
+            if not fa or not fb or fa & fb:
+                continue
+            combined = replace(a.variant, **{f: getattr(b.variant, f) for f in fb})
+            if combined in seen:
+                continue
+            seen.add(combined)
+            pairs.append(Mutant(f"{a.key}+{b.key}", f"two mistakes: {a.message}; and {b.message}", combined))
+    return pairs
 
 
 def correct_variant(exercise) -> Variant:

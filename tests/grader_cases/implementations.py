@@ -240,12 +240,14 @@ ALTERNATIVES = {
     "wrapper": {
         "loop": mutate(WRAPPER, {"HEADS": "outs = []\n        for head in self.heads:\n            outs.append(head(x))"}),
         "stack": mutate(WRAPPER, {"CAT": "return torch.stack(outs, dim=2).flatten(2)"}),
-        "sdpa_heads": mutate(WRAPPER, {"SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True)"}),
+        "sdpa_heads": mutate(WRAPPER, {"SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+                                                "dropout_p=self.dropout.p if self.training else 0.0)"}),
     },
     "kv_cache": {
         "allow_mask_sdpa": mutate(KV_CACHE, {
             "SCALE": "allow = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)",
-            "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allow)",
+            "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allow, "
+                    "dropout_p=self.dropout.p if self.training else 0.0)",
             "FILL": "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present"}),
         "minus_1e9": mutate(KV_CACHE, {"FILL": "scores = scores.masked_fill(hide, -1e9)"}),
         "arange_mask": mutate(KV_CACHE, {
@@ -257,7 +259,8 @@ ALTERNATIVES = {
             "REPV": "v = v[:, :, None].expand(b, self.num_kv_groups, self.group, n, self.head_dim).reshape(b, self.num_heads, n, self.head_dim)"}),
         "sdpa_enable_gqa": mutate(GQA, {
             "REPK": "pass", "REPV": "pass",
-            "SCALE": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.group > 1)",
+            "SCALE": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.group > 1, "
+                     "dropout_p=self.dropout.p if self.training else 0.0)",
             "FILL": "pass", "SOFTMAX": "pass",
             "MERGE": "ctx = ctx.transpose(1, 2).reshape(b, n, self.d_out)"}),
         "index_select": mutate(GQA, {
@@ -310,6 +313,22 @@ _MHA_MUTANTS = [
     ("keys_from_query", {"KEYS": "k = self.split(self.W_query(x), b, n)"}),
     ("values_from_key", {"VALUES": "v = self.split(self.W_key(x), b, n)"}),
     ("dropout_in_eval", {"DROPOUT": "w = F.dropout(w, 0.5, training=True)"}),
+    # the deeper checks: training mode, gradients, large scores, two mistakes at once
+    ("dropout_ignored", {"DROPOUT": "w = w"}),
+    ("dropout_on_scores", {"FILL": "scores = self.dropout(scores).masked_fill(hide, -torch.inf)",
+                           "DROPOUT": "w = w"}),
+    ("dropout_on_output", {"DROPOUT": "w = w", "OUT": "return self.dropout(self.out_proj(ctx))"}),
+    ("dropout_wrong", {"DROPOUT": "w = F.dropout(w, 0.1, training=self.training)"}),
+    ("grad_detached_kv", {"KEYS": "k = self.split(self.W_key(x), b, n).detach()",
+                          "VALUES": "v = self.split(self.W_value(x), b, n).detach()"}),
+    ("grad_detached_weights", {"SOFTMAX": "w = torch.from_numpy(torch.softmax(scores, dim=-1).detach().numpy())"}),
+    ("grad_leaves_autograd", {"SOFTMAX": "w = torch.from_numpy(torch.softmax(scores, dim=-1).numpy())"}),
+    ("grad_none", {"OUT": "return self.out_proj(ctx).detach()"}),
+    ("softmax_overflow", {"SOFTMAX": "w = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"}),
+    ("split_merge_no_transpose", {"SPLIT": "return t.view(b, self.num_heads, n, self.head_dim)",
+                                  "MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
+    ("scale_d_out+no_out_proj", {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)",
+                                 "OUT": "return ctx"}),
 ]
 
 MUTANTS = {
@@ -350,6 +369,12 @@ MUTANTS = {
         ("cache_only_new", {"PRESENT": "present = (k[:, :, past:], v[:, :, past:]) if use_cache else None"}),
         ("cache_not_updated", {"PRESENT": "present = (past_key_value if past_key_value is not None else (k, v)) if use_cache else None"}),
         ("merge_no_transpose", {"MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
+        ("cache_ignores_past", {  # keeps its own K/V inside the module and ignores what past_key_value holds
+            "CATK": "pass", "CATV": "pass",
+            "PRESENT": "own = getattr(self, 'own', None) if past_key_value is not None else None; "
+                       "k, v = (torch.cat([own[0], k], 2), torch.cat([own[1], v], 2)) if own is not None else (k, v); "
+                       "past = k.shape[2] - n; present = (k, v) if use_cache else None; "
+                       "self.own = present if use_cache else None"}),
     ],
     "gqa": [
         ("kv_tiled", {"REPK": "k = k.repeat(1, self.group, 1, 1)", "REPV": "v = v.repeat(1, self.group, 1, 1)"}),

@@ -1,0 +1,289 @@
+"""Runs a submission's cells, then its class on the cases the grader sent, and writes back plain tensors.
+
+It computes no verdict and holds no answer: the grader (in the parent process) drew the cases from a secret
+seed and compares what comes back with its own reference. Imports only torch and the standard library, so
+that it runs inside the sandbox with nothing of the grader importable.
+
+Sandboxed use: python harness.py PLAN.pt RESULT.pt. In-process use: ``run_exercise`` (the notebooks' check).
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import signal
+import sys
+import threading
+import traceback
+
+import torch
+from torch import nn
+
+FORBIDDEN_OPS = ("scaled_dot_product", "multi_head_attention")  # what interview mode refuses, by torch name
+MAX_MESSAGE = 300
+
+
+class CellTimeout(BaseException):
+    """Raised by the alarm inside a learner's cell or forward that runs too long."""
+
+
+class ContractError(Exception):
+    """The learner's module does not follow the exercise's contract (names, shapes, return values)."""
+
+
+def _shape(t):
+    return "(" + ", ".join(str(s) for s in t) + ")"
+
+
+def load_params(module, params: dict) -> None:
+    """Copy the grader's parameters into ``module`` by name, strictly; ContractError names every mismatch."""
+    if not isinstance(module, nn.Module):
+        raise ContractError(f"the class must be an nn.Module, got {type(module).__name__}")
+    own = dict(module.named_parameters())
+    problems = []
+    for name, value in params.items():
+        if name not in own:
+            layer = name.rsplit(".", 1)[0]
+            kind = "bias" if name.endswith(".bias") else "weight"
+            problems.append(f"the contract needs a parameter {name} ({layer} as an nn.Linear with a {kind}); "
+                            f"your module has none")
+        elif tuple(own[name].shape) != tuple(value.shape):
+            problems.append(f"{name} has shape {_shape(own[name].shape)} but the contract needs "
+                            f"{_shape(value.shape)}")
+    extra = sorted(set(own) - set(params))
+    if extra:
+        problems.append("parameters the contract does not have: " + ", ".join(extra)
+                        + (" (is qkv_bias ignored?)" if any(e.endswith(".bias") for e in extra) else ""))
+    if problems:
+        shown = problems[:4]
+        more = f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
+        raise ContractError("; ".join(shown) + more)
+    with torch.no_grad():
+        for name, value in params.items():
+            own[name].copy_(value)
+
+
+_NOT_LEARNER = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(torch.__file__),
+                os.path.dirname(os.__file__))
+
+
+def _learner_frame(exc: BaseException, learner_files):
+    """The deepest frame in the learner's code: one of ``learner_files``, or (in-process, where the cells'
+    file names are IPython's) any frame outside the grader, torch and the standard library."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if learner_files is not None:
+            if frame.filename in learner_files:
+                return frame
+        elif frame.filename.startswith("<") or not os.path.abspath(frame.filename).startswith(_NOT_LEARNER):
+            return frame
+    return None
+
+
+def describe_exception(exc: BaseException, learner_files=None, where: str = "forward") -> dict:
+    """A learner's exception as plain data: type, first line of the message, the learner's line."""
+    frame = _learner_frame(exc, learner_files)
+    line = None
+    if frame is not None:
+        src = (frame.line or "").strip()
+        line = f"line {frame.lineno}" + (f": {src}" if src else "")[:MAX_MESSAGE]
+    if isinstance(exc, CellTimeout):
+        message = "timed out (an infinite loop?)"
+    elif isinstance(exc, MemoryError):
+        message = "ran out of memory (a huge allocation?)"
+    else:
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else ""
+    return {"type": type(exc).__name__, "message": message[:MAX_MESSAGE], "line": line, "where": where,
+            "not_implemented": isinstance(exc, NotImplementedError), "contract": isinstance(exc, ContractError)}
+
+
+class _Traced(torch.Tensor):
+    """An input that records the torch functions applied to it and to everything computed from it, in any
+    thread: interview mode's check for SDPA and nn.MultiheadAttention."""
+    seen: set = set()
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "") or str(func)
+        if any(op in name for op in FORBIDDEN_OPS):
+            cls.seen.add(name)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _plain(value):
+    """A detached CPU tensor (a plain torch.Tensor), or a description of what came back instead."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu").as_subclass(torch.Tensor).clone()
+    return f"<{type(value).__name__}>"
+
+
+def _call(module, call: dict, past, kv: bool):
+    x = call["x"].clone()
+    if call.get("grad") is not None:
+        x.requires_grad_(True)
+    if call["use_cache"] is None:
+        return module(x), None, x
+    result = module(x, past_key_value=past, use_cache=call["use_cache"])
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise ContractError(f"forward must return (out, present), got {type(result).__name__}")
+    out, present = result
+    if present is not None and not (isinstance(present, (tuple, list)) and len(present) == 2):
+        raise ContractError(f"present must be None or a tuple (keys, values), got {type(present).__name__}")
+    return out, present, x
+
+
+def _backward(module, out, x, call, tag, outputs):
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise _NoGrad("the output carries no gradient (requires_grad is False)")
+    grad = call["grad"]
+    if tuple(out.shape) != tuple(grad.shape):
+        return  # the shape mismatch is reported with the output itself
+    (out * grad).sum().backward()
+    outputs[f"{tag}.grad.x"] = _plain(x.grad) if x.grad is not None else _plain(torch.zeros_like(x))
+    for name, p in module.named_parameters():
+        outputs[f"{tag}.grad.{name}"] = _plain(p.grad if p.grad is not None else torch.zeros_like(p))
+
+
+class _NoGrad(Exception):
+    pass
+
+
+def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False) -> dict:
+    """Everything the verdict needs about one case, as plain data; never raises for learner bugs."""
+    record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
+    try:
+        module = cls(*ctor_args)
+    except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
+        record["error"] = describe_exception(exc, learner_files, "construct")
+        return record
+    try:
+        load_params(module, case["params"])
+    except Exception as exc:  # noqa: BLE001
+        record["error"] = describe_exception(exc, learner_files, "load")
+        try:  # a stub has no parameters yet: say "not implemented" rather than "missing W_query"
+            with torch.no_grad():
+                _call(module, case["calls"][0], None, False)
+        except NotImplementedError as stub:
+            record["error"] = describe_exception(stub, learner_files, "forward")
+        except Exception:  # noqa: BLE001 - keep the contract message
+            pass
+        return record
+    outputs, presents = record["outputs"], {}
+    step = 0
+    try:
+        for step, call in enumerate(case["calls"], start=1):
+            tag = f"step{step}"
+            module.train(bool(call["train"]))
+            past = (presents.get(call["past"]) if isinstance(call["past"], int) else
+                    case.get("given_past") if call["past"] == "given" else None)
+            torch.manual_seed(call["seed"])
+            with torch.set_grad_enabled(call.get("grad") is not None):
+                out, present, x = _call(module, call, past, True)
+                outputs[f"{tag}.out"] = _plain(out)
+                if call["use_cache"] is not None:
+                    outputs[f"{tag}.keys"] = None if present is None else _plain(present[0])
+                    outputs[f"{tag}.values"] = None if present is None else _plain(present[1])
+                    presents[step - 1] = present
+                if call.get("grad") is not None:
+                    try:
+                        _backward(module, out, x, call, tag, outputs)
+                    except _NoGrad as exc:
+                        record["error"] = {**describe_exception(exc, learner_files, "backward"), "step": step}
+                        return record
+        first = case["calls"][0]
+        if first["past"] is None and not first["train"]:  # eval mode must be deterministic
+            module.eval()
+            torch.manual_seed(first["seed"] + 1)
+            with torch.no_grad():
+                outputs["repeat.out"] = _plain(_call(module, {**first, "grad": None}, None, True)[0])
+        if trace:
+            module.eval()
+            with torch.no_grad():
+                _call(module, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None, True)
+    except Exception as exc:  # noqa: BLE001
+        record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": step}
+    finally:
+        record["calls"] = sorted(_Traced.seen)
+        _Traced.seen.clear()
+    return record
+
+
+def run_exercise(cls, plan: dict, learner_files=None) -> list:
+    """Records for every case of one exercise's plan (see the grader's ``protocol.plan``)."""
+    return [run_case(cls, plan["ctor_args"][i], case, learner_files, plan.get("trace", False))
+            for i, case in enumerate(plan["cases"])]
+
+
+# ------------------------------------------------------------------------------------------------------
+# the sandboxed child
+
+
+def _alarm(signum, frame):
+    raise CellTimeout()
+
+
+def _get_ipython_stub():
+    class _Shell:  # nbconvert exports call get_ipython().run_line_magic(...): nothing to do when grading
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+    return _Shell()
+
+
+def main(result_fd: int) -> None:
+    """Read the plan from stdin, run the submission, write the result to ``result_fd`` (a pipe)."""
+    import io
+    plan = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)
+    sys.stdin.close()
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGALRM, _alarm)
+    timeout = float(plan["cell_timeout"])
+    import course_utils.grade as learner_grade  # the learner-side check(): it only records requests
+
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _get_ipython_stub}
+    notes, learner_files = [], set()
+    for cell in plan["cells"]:
+        filename = f"<cell {cell['index']}>"
+        linecache.cache[filename] = (len(cell["source"]), None, cell["source"].splitlines(True), filename)
+        learner_files.add(filename)
+        try:
+            code = compile(cell["source"], filename, "exec")
+        except SyntaxError as exc:
+            notes.append(f"cell {cell['index']}: SyntaxError: {exc.msg} (line {exc.lineno})")
+            continue
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            exec(code, namespace)
+        except SystemExit:
+            notes.append(f"cell {cell['index']}: called sys.exit(); the rest of the cell was skipped")
+        except BaseException as exc:  # noqa: BLE001 - timeouts and learner errors are all reported
+            d = describe_exception(exc, learner_files, "cell")
+            notes.append(f"cell {cell['index']}: {d['type']}: {d['message']}" + (f" ({d['line']})" if d["line"] else ""))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
+    result = {"notes": notes[:50], "exercises": {}}
+    for ex, spec in plan["exercises"].items():
+        entry = {"missing": None, "records": []}
+        result["exercises"][ex] = entry
+        cls = requested.get(ex, namespace.get(spec["class"]))
+        if not isinstance(cls, type):
+            entry["missing"] = (f"no class {spec['class']} found" if cls is None
+                                else f"{spec['class']} is not a class")
+            continue
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            entry["records"] = run_exercise(cls, spec, learner_files)
+        except BaseException as exc:  # noqa: BLE001
+            entry["records"] = []
+            entry["missing"] = f"grading {ex} stopped: {describe_exception(exc, learner_files)['message']}"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    buffer = io.BytesIO()
+    torch.save(result, buffer)
+    with os.fdopen(result_fd, "wb") as out:
+        out.write(buffer.getvalue())
+    os._exit(0)  # no atexit handler or thread of the learner's runs after the result is written
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[2]))

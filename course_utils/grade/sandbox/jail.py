@@ -1,0 +1,215 @@
+"""Where a submission runs: a bubblewrap sandbox on Linux (read-only system and virtual environment, a
+private size-limited directory holding only the submission's copy, no network, its own PID namespace so that
+everything it starts dies with it, an unprivileged user, limits on memory, processes, file size and output),
+or, where no sandbox exists and the instructor said the submissions are trusted, a plain child process.
+
+The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
+course's reference code is mounted in the sandbox: only the harness and the learner-side course_utils.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
+MAX_PROCESSES = 64         # processes and threads of the sandbox's user
+MAX_FILE = 64 << 20        # any one file written
+PRIVATE_DIR_SIZE = 64 << 20
+MAX_RESULT = 64 << 20      # bytes read back from the result pipe
+STDERR_TAIL = 4096         # bytes of stderr kept
+SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a user
+
+_HERE = Path(__file__).resolve().parent
+_COURSE = _HERE.parents[1]
+_LEARNER_MODULES = ("data.py", "device.py", "sizes.py")  # the course_utils a submission may use, copied
+
+
+class SandboxUnavailable(Exception):
+    """No sandbox can be made on this machine (no bubblewrap, or the kernel refuses its namespaces)."""
+
+
+def build_lib(dest: Path) -> Path:
+    """The read-only tree mounted at /grader: the harness and the learner-side course_utils."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(_HERE / "harness.py", dest / "harness.py")
+    site = dest / "course_utils"
+    shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in _LEARNER_MODULES:
+        shutil.copy(_COURSE / name, site / name)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+_probe_result: list = []
+
+
+def probe() -> str | None:
+    """None when the sandbox works here, else why not (tried once per process)."""
+    if _probe_result:
+        return _probe_result[0]
+    why = None
+    if not sys.platform.startswith("linux"):
+        why = f"bubblewrap sandboxes need Linux (this is {sys.platform})"
+    elif shutil.which("bwrap") is None:
+        why = "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    else:
+        proc = subprocess.run(["bwrap", *_namespaces(), "--ro-bind", "/", "/", "--", "true"],
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            why = f"bwrap cannot create its namespaces here: {proc.stderr.strip()[:200]}"
+    _probe_result.append(why)
+    return why
+
+
+def _namespaces() -> list:
+    if os.geteuid() == 0:  # root makes the namespaces itself and drops to an unprivileged user inside
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    return ["--unshare-all"]  # an ordinary user: a user namespace too, mapped to that (unprivileged) user
+
+
+def _ro_bind_with_parents(path: str, made: set) -> list:
+    """bwrap makes missing parents 0700; make them 0755 so that the unprivileged user can pass."""
+    args, parts = [], Path(path).parts
+    for i in range(2, len(parts)):
+        parent = str(Path(*parts[:i]))
+        if parent not in made and parent not in ("/usr", "/etc"):
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+    return args + ["--ro-bind", path, path]
+
+
+def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int, slot: int) -> list:
+    """The bwrap command line that runs the harness on one submission."""
+    prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
+    made: set = set()
+    cmd = ["bwrap", *_namespaces(), "--die-with-parent", "--new-session",
+           "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+           "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        if os.path.exists(etc):
+            cmd += ["--ro-bind", etc, etc]
+    for prefix in prefixes:
+        cmd += _ro_bind_with_parents(prefix, made)
+    if os.path.realpath(sys.prefix) != sys.prefix:  # the venv reached through a link
+        cmd += _ro_bind_with_parents(sys.prefix, made)
+    python = os.path.join(sys.prefix, "bin", "python3")
+    cmd += ["--ro-bind", str(lib), "/grader", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/tmp",
+            "--perms", "0777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/submission",
+            "--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/submission",
+            "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONWARNINGS", "ignore", "--"]
+    if os.geteuid() == 0:
+        uid = str(SANDBOX_UID + slot)
+        cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--no-new-privs", "--"]
+    return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
+
+
+def _user_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _limits(nproc: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE, MAX_FILE))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    return apply
+
+
+class Outcome:
+    def __init__(self, returncode, result: bytes, stderr_tail: str, timed_out: bool, too_big: bool):
+        self.returncode, self.result, self.stderr_tail = returncode, result, stderr_tail
+        self.timed_out, self.too_big = timed_out, too_big
+
+
+def _drain(stream, keep: int, sink: list, limit: int | None = None):
+    """Read ``stream`` to the end, keeping the last ``keep`` bytes (or the first ``limit``, flagging more)."""
+    tail = b""
+    total = 0
+    for chunk in iter(lambda: stream.read(65536), b""):
+        total += len(chunk)
+        if limit is not None:
+            if total <= limit:
+                tail += chunk
+        else:
+            tail = (tail + chunk)[-keep:]
+    sink.append((tail, limit is not None and total > limit))
+
+
+def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True) -> Outcome:
+    """Run the harness on ``submission`` with ``plan``; the submission itself is only read."""
+    result_r, result_w = os.pipe()
+    with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
+        lib = build_lib(Path(tmp) / "lib")
+        if sandboxed:
+            if probe() is not None:
+                raise SandboxUnavailable(probe())
+            os.set_inheritable(sub.fileno(), True)
+            cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot)
+            nproc = MAX_PROCESSES if os.geteuid() == 0 else _user_processes() + MAX_PROCESSES
+            cwd, env = tmp, {}
+        else:  # trusted: a plain child process in a private temporary directory
+            private = Path(tmp) / "submission"
+            private.mkdir()
+            shutil.copyfile(submission, private / ("submission" + submission.suffix))
+            cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w)]
+            nproc = _user_processes() + MAX_PROCESSES
+            cwd = str(private)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(private), "OMP_NUM_THREADS": "1",
+                   "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore"}
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, pass_fds=(result_w, sub.fileno()),
+                                start_new_session=True, preexec_fn=_limits(nproc))
+        os.close(result_w)
+        errs, results = [], []
+        readers = [threading.Thread(target=_drain, args=(proc.stderr, STDERR_TAIL, errs), daemon=True),
+                   threading.Thread(target=_drain, args=(os.fdopen(result_r, "rb"), 0, results, MAX_RESULT),
+                                    daemon=True)]
+        for t in readers:
+            t.start()
+        try:
+            proc.stdin.write(plan)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(proc)
+        for t in readers:
+            t.join(timeout=10)
+    stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
+    result, too_big = results[0] if results else (b"", False)
+    return Outcome(proc.returncode, result, stderr, timed_out, too_big)
+
+
+def _kill_group(proc):
+    """Kill the child's whole session: in the sandbox, bwrap's death ends its PID namespace too."""
+    try:
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

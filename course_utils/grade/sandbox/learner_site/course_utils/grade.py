@@ -1,0 +1,8 @@
+"""check() while grading: it records which class the submission asks to grade; the verdict comes later,
+from the grader outside this process."""
+REQUESTS = []
+
+
+def check(exercise, cls=None, *args, **kwargs):
+    REQUESTS.append((exercise, cls))
+    return None
