@@ -8,7 +8,7 @@ import torch
 import course_utils as cu
 from course_utils.grade import check, grade_class, specs
 from course_utils.grade.diagnose import compare, verdict
-from course_utils.grade.protocol import run_in_process
+from course_utils.grade.protocol import Graded, run_in_process
 from tests.grader_cases.implementations import (ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT,
                                                 mutate)
 
@@ -94,8 +94,9 @@ def test_mutants_are_distinguishable(exercise):
                                           ("gqa", cu.GroupedQueryAttention)])
 def test_grader_reference_equals_course_utils(exercise, cls):
     """The grader's functional reference computes what course_utils' checked modules compute."""
-    cases = specs.make_cases(exercise)
-    records = run_in_process(cls, exercise, cases)
+    graded = Graded(exercise)
+    cases = graded.cases
+    records = run_in_process(cls, graded)
     assert all(r["calls"] for r in records)  # the recorder sees the reference being used ...
     for r in records:
         r["calls"] = []

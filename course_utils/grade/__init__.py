@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import specs
 from .diagnose import Result, total_checks, verdict
-from .protocol import class_delegation, run_in_process
+from .protocol import Graded, class_delegation, run_in_process
 from .specs import EXERCISES
 
 __all__ = ["EXERCISES", "Result", "check", "grade_class"]
@@ -21,16 +21,16 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
     """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
     if exercise not in EXERCISES:
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
-    cases = specs.make_cases(exercise, seed)
+    graded = Graded(exercise, seed)
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        return Result(exercise, False, 0.0, 0, total_checks(cases), specs.NOT_IMPLEMENTED,
+        return Result(exercise, False, 0.0, 0, total_checks(graded.cases), specs.NOT_IMPLEMENTED,
                       [f"not implemented yet: define class {specs.CONTRACT_CLASS[exercise]}"])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)
     if reason and ("course_utils" in reason or exercise in specs.INTERVIEW):
         refusals.append(reason)
-    records = [] if refusals else run_in_process(cls, exercise, cases, learner_files)
-    return verdict(exercise, records, cases, refusals)
+    records = [] if refusals else run_in_process(cls, graded, learner_files)
+    return verdict(exercise, records, graded.cases, refusals, assumed=graded.assumed)
 
 
 def check(exercise: str, cls, *, quiet: bool = False) -> Result:

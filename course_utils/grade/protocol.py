@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .sandbox import harness
-from .specs import CONTRACT_ARGS, CONTRACT_CLASS, INTERVIEW, Case
+from .specs import CONTRACT_ARGS, CONTRACT_CLASS, INTERVIEW, Case, make_cases, make_square_cases, without_biases
 
 _COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # course_utils modules whose use counts as delegating to the reference (data, device, viz, sizes are fine)
@@ -33,11 +33,44 @@ def plan_case(case: Case) -> dict:
                        "use_cache": c.use_cache} for c in case.calls]}
 
 
-def plan(exercise: str, cases: list) -> dict:
-    """What the harness needs for one exercise, and nothing else: no expected outputs, no seed."""
-    return {"class": CONTRACT_CLASS[exercise], "trace": exercise in INTERVIEW,
-            "ctor_args": [[c.ctor[a] for a in CONTRACT_ARGS[exercise]] for c in cases],
-            "cases": [plan_case(c) for c in cases]}
+def plan(exercise: str, cases: list, square: list | None = None) -> dict:
+    """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
+    mode also sends ``square`` cases, for a class written in another dialect than the book's."""
+    out = {"class": CONTRACT_CLASS[exercise], "trace": exercise in INTERVIEW,
+           "ctor_args": [[c.ctor[a] for a in CONTRACT_ARGS[exercise]] for c in cases],
+           "cases": [plan_case(c) for c in cases]}
+    if square is not None:
+        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square])
+    return out
+
+
+class Graded:
+    """The cases an exercise was graded on, and what the grader assumed about the learner's class."""
+
+    def __init__(self, exercise: str, seed: int | None = None):
+        self.exercise = exercise
+        self.cases = make_cases(exercise, seed)
+        self.square = make_square_cases(exercise, seed) if exercise in INTERVIEW else None
+        self.assumed = None
+
+    def plan(self) -> dict:
+        return plan(self.exercise, self.cases, self.square)
+
+    def resolve(self, raw) -> list:
+        """Validated records, with ``cases`` switched to the ones they were run on (and without the biases
+        the learner's class does not have)."""
+        dialect = raw[0].get("dialect") if isinstance(raw, list) and raw and isinstance(raw[0], dict) else None
+        if self.square is not None and dialect is not None:
+            if not isinstance(dialect, dict):
+                raise BadResult("dialect is not a mapping")
+            no_bias = dialect.get("no_bias")
+            if not isinstance(no_bias, list) or not set(no_bias) <= {"q", "k", "v", "o"}:
+                raise BadResult("malformed dialect")
+            name, mask = str(dialect.get("name"))[:80], str(dialect.get("mask"))[:80]
+            self.cases = [without_biases(c, no_bias) for c in self.square]
+            self.assumed = (f"graded as the {name} dialect; mask convention: {mask}"
+                            + (f"; no bias on {', '.join(no_bias)}" if no_bias else ""))
+        return validate(raw, self.cases)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -141,10 +174,10 @@ class CallRecorder:
         return False
 
 
-def run_in_process(cls, exercise: str, cases: list, learner_files: set | None = None) -> list:
+def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> list:
     """Run the learner's class here (the notebook's kernel) and return validated records."""
-    the_plan = plan(exercise, cases)
-    records = validate(harness.run_exercise(cls, the_plan, learner_files), cases)
+    the_plan = graded.plan()
+    records = graded.resolve(harness.run_exercise(cls, the_plan, learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
     with recorder:
         harness.run_case(cls, the_plan["ctor_args"][0], {**the_plan["cases"][0],

@@ -72,9 +72,9 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     imports = [f"imports {where(c)}{imp}" for c in prepared for imp in source.course_imports(c["source"])]
     forbidden = [f"uses {where(c)}{v}" for c in prepared for v in source.interview_violations(c["source"])]
 
-    cases = {ex: specs.make_cases(ex) for ex in exercises}  # a fresh secret seed per submission
+    graded = {ex: protocol.Graded(ex) for ex in exercises}  # a fresh secret seed per submission
     plan = {"cell_timeout": float(cell_timeout), "cells": prepared,
-            "exercises": {ex: protocol.plan(ex, cases[ex]) for ex in exercises}}
+            "exercises": {ex: graded[ex].plan() for ex in exercises}}
     buffer = io.BytesIO()
     torch.save(plan, buffer)
     outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed)
@@ -99,7 +99,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     for ex in exercises:
         refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
         if refusals:  # known from the source alone, whatever the child ran or failed to run
-            report.results.append(verdict(ex, [], cases[ex], refusals=refusals))
+            report.results.append(verdict(ex, [], graded[ex].cases, refusals=refusals))
             continue
         entry = data["exercises"].get(ex)
         if not isinstance(entry, dict):
@@ -111,9 +111,9 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
             report.results.append(failure(ex, "missing", str(missing)[:300] + hint))
             continue
         try:
-            records = protocol.validate(entry.get("records"), cases[ex])
+            records = graded[ex].resolve(entry.get("records"))
         except protocol.BadResult as exc:
             report.results.append(failure(ex, "crashed", f"malformed grading result: {exc}"))
             continue
-        report.results.append(verdict(ex, records, cases[ex]))
+        report.results.append(verdict(ex, records, graded[ex].cases, assumed=graded[ex].assumed))
     return report

@@ -215,9 +215,10 @@ def _with_grad(exercise, case: Case, v: Variant, call: Call, tag: str) -> dict:
         if out.shape != call.grad.shape:  # the wrong shape is what gets reported, as for the learner
             return {f"{tag}.out": out.detach()}
         (out * call.grad).sum().backward()
+    absent = case.meta.get("absent", ())  # biases the learner's class does not have: no gradient to compare
     grads = {f"{tag}.grad.x": x.grad}
     grads.update({f"{tag}.grad.{k}": (t.grad if t.grad is not None else torch.zeros_like(t))
-                  for k, t in params.items()})
+                  for k, t in params.items() if k not in absent})
     return {f"{tag}.out": out.detach(), **grads}
 
 
@@ -336,6 +337,8 @@ def _train_case(exercise, name, g, batch, tokens, **ctor):
         w.zero_()
         for head in range(w.shape[0] // hd):
             w[head * hd:head * hd + tokens, :tokens] = torch.eye(tokens)
+        if prefix + "W_value.bias" in params:
+            params[prefix + "W_value.bias"].zero_()
     if "out_proj.weight" in params:
         params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
         params["out_proj.bias"] = torch.zeros(d_out)
@@ -386,7 +389,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
             _case(ex, "d_in=4 < d_out=6, qkv_bias, batch 3, 5 tokens", g, (3, 5, 4), d_in=4, d_out=6, qkv_bias=True),
             _case(ex, "unbatched (5 tokens, d_in=5) input, d_out=3", g, (5, 5), d_in=5, d_out=3),
             _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4), d_in=4, d_out=3),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0, d_in=4, d_out=4),
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0, d_in=4, d_out=4),
         ]
     if ex == "causal":
         return [
@@ -399,7 +402,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
             _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
                        d_in=4, d_out=3, context_length=6, dropout=0.0),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0,
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0,
                   d_in=4, d_out=4, context_length=6, dropout=0.0),
         ]
     if ex == "wrapper":
@@ -414,7 +417,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=5, d_out=5, context_length=6, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 4), x_scale=40.0,
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0,
                   d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex in ("mha", "mha_interview"):
@@ -429,7 +432,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=2, qkv_bias=True),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex == "kv_cache":
@@ -450,7 +453,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                               d_in=4, d_out=6, context_length=8, dropout=0.0, num_heads=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex == "gqa":
@@ -467,10 +470,41 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=4, num_kv_groups=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=20, context_length=7, dropout=0.5,
                         num_heads=4, num_kv_groups=2),
-            _case(ex, "large inputs (scores in the thousands)", g, (2, 5, 6), x_scale=40.0,
+            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2),
         ]
     raise ValueError(f"unknown exercise {exercise!r}")
+
+
+def make_square_cases(exercise, seed: int | None = None) -> list[Case]:
+    """Interview mode's cases for a class in another dialect than the book's: d_in = d_out = d_model, and
+    biases on every projection (zeroed for the projections the candidate's class has no bias on)."""
+    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
+    ex, common = exercise, {"qkv_bias": True}
+    return [
+        _case(ex, "d_model=12, 3 heads, 5 tokens, dropout 0.5", g, (2, 5, 12), d_in=12, d_out=12,
+              context_length=8, dropout=0.5, num_heads=3, **common),
+        _case(ex, "d_model=8, 2 heads, 6 tokens, batch 3", g, (3, 6, 8), d_in=8, d_out=8, context_length=6,
+              dropout=0.1, num_heads=2, **common),
+        _case(ex, "d_model=8, 4 heads, 7 tokens", g, (2, 7, 8), d_in=8, d_out=8, context_length=9, dropout=0.0,
+              num_heads=4, **common),
+        _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 8), d_in=8, d_out=8,
+                   context_length=7, dropout=0.0, num_heads=2, **common),
+        _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=12, d_out=12, context_length=7, dropout=0.5,
+                    num_heads=2, qkv_bias=True),
+        _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 8), x_scale=8.0, d_in=8, d_out=8,
+              context_length=6, dropout=0.0, num_heads=2, **common),
+    ]
+
+
+def without_biases(case: Case, roles) -> Case:
+    """``case`` with the biases of the given projections (q, k, v, o) set to zero: what a candidate's class
+    without those biases computes."""
+    names = {"q": "W_query.bias", "k": "W_key.bias", "v": "W_value.bias", "o": "out_proj.bias"}
+    absent = {names[r] for r in roles}
+    params = {k: (torch.zeros_like(t) if k in absent else t) for k, t in case.params.items()}
+    meta = {k: v for k, v in case.meta.items() if k != "expected"}
+    return replace(case, params=params, meta={**meta, "absent": absent})
 
 
 def cached_outputs(exercise, case: Case, v: Variant):
@@ -495,7 +529,8 @@ _PLAIN = Variant(mask="none")
 
 M_NO_SCALE = ("no_scale", "scores are not scaled: divide Q·Kᵀ by √head_dim before the softmax")
 M_NO_SQRT = ("scale_no_sqrt", "scores divided by head_dim instead of √head_dim")
-M_SCALE_D_OUT = ("scale_d_out", "scores scaled by √d_out instead of √head_dim (head_dim = d_out // num_heads)")
+M_SCALE_D_OUT = ("scale_d_out", "scores scaled by √d_out (d_model) instead of √head_dim (head_dim = d_out // "
+                                "num_heads)")
 M_SCALE_D_IN = ("scale_d_in", "scores scaled by √d_in instead of √head_dim (the keys' width, d_out // num_heads)")
 M_SOFTMAX = ("softmax_wrong_axis", "softmax over the wrong axis (dim=-2, the queries): each query's weights must "
              "sum to 1 over the keys, softmax(dim=-1)")

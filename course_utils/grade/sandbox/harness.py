@@ -18,8 +18,13 @@ import traceback
 import torch
 from torch import nn
 
+try:
+    from . import dialects  # in-process: part of the course's grader package
+except ImportError:  # sandboxed: harness.py and dialects.py side by side in /grader
+    import dialects
+
 FORBIDDEN_OPS = ("scaled_dot_product", "multi_head_attention")  # what interview mode refuses, by torch name
-MAX_MESSAGE = 300
+MAX_MESSAGE = 1200  # long enough that a list of what is accepted is never cut
 
 
 class CellTimeout(BaseException):
@@ -121,7 +126,10 @@ def _call(module, call: dict, past, kv: bool):
     if call.get("grad") is not None:
         x.requires_grad_(True)
     if call["use_cache"] is None:
-        return module(x), None, x
+        out = module(x)
+        if isinstance(module, dialects.Caller) and isinstance(out, (tuple, list)) and out:
+            out = out[0]  # (output, attention weights), as many candidates return
+        return out, None, x
     result = module(x, past_key_value=past, use_cache=call["use_cache"])
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise ContractError(f"forward must return (out, present), got {type(result).__name__}")
@@ -131,7 +139,7 @@ def _call(module, call: dict, past, kv: bool):
     return out, present, x
 
 
-def _backward(module, out, x, call, tag, outputs):
+def _backward(module, out, x, call, tag, outputs, pmap=None):
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         raise _NoGrad("the output carries no gradient (requires_grad is False)")
     grad = call["grad"]
@@ -139,6 +147,10 @@ def _backward(module, out, x, call, tag, outputs):
         return  # the shape mismatch is reported with the output itself
     (out * grad).sum().backward()
     outputs[f"{tag}.grad.x"] = _plain(x.grad) if x.grad is not None else _plain(torch.zeros_like(x))
+    if pmap is not None:
+        for name, g in dialects.book_grads(module, pmap).items():
+            outputs[f"{tag}.grad.{name}"] = _plain(g)
+        return
     for name, p in module.named_parameters():
         outputs[f"{tag}.grad.{name}"] = _plain(p.grad if p.grad is not None else torch.zeros_like(p))
 
@@ -147,16 +159,41 @@ class _NoGrad(Exception):
     pass
 
 
-def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False) -> dict:
-    """Everything the verdict needs about one case, as plain data; never raises for learner bugs."""
+def _dialect_module(cls, case, ctor, record, settled: dict):
+    """Build, load and wrap a candidate's MHA written in its own dialect (interview mode). The mask
+    convention is settled on the first case and kept for the others (``settled``)."""
+    module, name = dialects.build(cls, ctor)
+    pmap = dialects.parameter_map(module, ctor["d_out"])
+    no_bias = dialects.load(module, pmap, case["params"])
+    caller = dialects.Caller(module)
+    if not settled:
+        settled["mask"] = caller.settle(case["calls"][0]["x"])
+        settled["how"] = caller.kind, caller.shape
+    caller.kind, caller.shape = settled["how"]
+    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias}
+    return module, caller, pmap
+
+
+def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False, ctor=None,
+             settled=None) -> dict:
+    """Everything the verdict needs about one case, as plain data; never raises for learner bugs.
+    With ``ctor`` (the constructor's values by name), the class may be written in any interview dialect."""
     record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
+    pmap = None
     try:
-        module = cls(*ctor_args)
+        if ctor is not None:
+            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled)
+        else:
+            module = caller = cls(*ctor_args)
+    except dialects.DialectError as exc:
+        record["error"] = {**describe_exception(exc, learner_files, "load"), "contract": True}
+        return record
     except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
         record["error"] = describe_exception(exc, learner_files, "construct")
         return record
     try:
-        load_params(module, case["params"])
+        if pmap is None:
+            load_params(module, case["params"])
     except Exception as exc:  # noqa: BLE001
         record["error"] = describe_exception(exc, learner_files, "load")
         try:  # a stub has no parameters yet: say "not implemented" rather than "missing W_query"
@@ -177,7 +214,7 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
                     case.get("given_past") if call["past"] == "given" else None)
             torch.manual_seed(call["seed"])
             with torch.set_grad_enabled(call.get("grad") is not None):
-                out, present, x = _call(module, call, past, True)
+                out, present, x = _call(caller, call, past, True)
                 outputs[f"{tag}.out"] = _plain(out)
                 if call["use_cache"] is not None:
                     outputs[f"{tag}.keys"] = None if present is None else _plain(present[0])
@@ -185,7 +222,7 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
                     presents[step - 1] = present
                 if call.get("grad") is not None:
                     try:
-                        _backward(module, out, x, call, tag, outputs)
+                        _backward(module, out, x, call, tag, outputs, pmap)
                     except _NoGrad as exc:
                         record["error"] = {**describe_exception(exc, learner_files, "backward"), "step": step}
                         return record
@@ -194,11 +231,11 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
             module.eval()
             torch.manual_seed(first["seed"] + 1)
             with torch.no_grad():
-                outputs["repeat.out"] = _plain(_call(module, {**first, "grad": None}, None, True)[0])
+                outputs["repeat.out"] = _plain(_call(caller, {**first, "grad": None}, None, True)[0])
         if trace:
             module.eval()
             with torch.no_grad():
-                _call(module, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None, True)
+                _call(caller, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None, True)
     except Exception as exc:  # noqa: BLE001
         record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": step}
     finally:
@@ -208,9 +245,20 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
 
 
 def run_exercise(cls, plan: dict, learner_files=None) -> list:
-    """Records for every case of one exercise's plan (see the grader's ``protocol.plan``)."""
-    return [run_case(cls, plan["ctor_args"][i], case, learner_files, plan.get("trace", False))
-            for i, case in enumerate(plan["cases"])]
+    """Records for every case of one exercise's plan (see the grader's ``protocol.plan``). In interview mode
+    a class in another dialect than the book's runs on the plan's square cases (d_in = d_out = d_model)."""
+    cases, ctor_args, ctors = plan["cases"], plan["ctor_args"], [None] * len(plan["cases"])
+    if plan.get("dialects") and not _is_book(cls):
+        cases, ctors = plan["square_cases"], plan["square_ctors"]
+        ctor_args = [None] * len(cases)
+    settled: dict = {}
+    return [run_case(cls, ctor_args[i], case, learner_files, plan.get("trace", False), ctors[i], settled)
+            for i, case in enumerate(cases)]
+
+
+def _is_book(cls) -> bool:
+    names = {p.name for p in dialects._params(cls.__init__)}
+    return {"d_in", "d_out", "num_heads"} <= names
 
 
 # ------------------------------------------------------------------------------------------------------

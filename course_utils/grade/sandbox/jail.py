@@ -37,7 +37,8 @@ class SandboxUnavailable(Exception):
 def build_lib(dest: Path) -> Path:
     """The read-only tree mounted at /grader: the harness and the learner-side course_utils."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(_HERE / "harness.py", dest / "harness.py")
+    for name in ("harness.py", "dialects.py"):
+        shutil.copy(_HERE / name, dest / name)
     site = dest / "course_utils"
     shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
