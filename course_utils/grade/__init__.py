@@ -11,9 +11,10 @@ from __future__ import annotations
 from . import specs
 from .diagnose import Result, total_checks, verdict
 from .protocol import Graded, class_delegation, run_in_process
+from .questions import answer
 from .specs import EXERCISES
 
-__all__ = ["EXERCISES", "Result", "check", "grade_class"]
+__all__ = ["EXERCISES", "Result", "answer", "check", "grade_class"]
 
 
 def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None,
