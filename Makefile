@@ -15,7 +15,7 @@ LAB_ARGS ?=
 .PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser clean help
 
 help:
-	@echo "make lab          open the course in JupyterLab (creates .venv if missing)"
+	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the environment"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
@@ -30,11 +30,13 @@ $(STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	$(PY) -m pip install -q $(PIP_ARGS) -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	mkdir -p $(VENV)/etc && cp -R etc/ipython etc/jupyter $(VENV)/etc/
+	mkdir -p $(VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(VENV)/share/jupyter/lab/settings/
 	@touch $(STAMP)
 
 lab: $(STAMP)
+	@# root: the repository, so that exercises/ and solutions/ are in the file browser; opens the notebooks' index
 	@# --allow-root only where we are root (containers); LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8890"
-	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/README.md
 
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription

@@ -32,7 +32,8 @@ def attend(queries, keys, values, hide_mask=None, dropout: nn.Module | None = No
     (..., Sq, Sk) with True = hide. Returns (context (..., Sq, hd), weights (..., Sq, Sk)).
 
     A query row whose keys are *all* hidden would be softmax over only -inf, i.e. NaN. Here it gets
-    all-zero weights instead, so its context vector is zero (PyTorch's SDPA does the same).
+    all-zero weights instead, so its context vector is zero (SDPA on the CPU does the same in this PyTorch
+    version; nn.MultiheadAttention returns NaN).
     """
     if hide_mask is not None and hide_mask.dtype != torch.bool:
         raise ValueError(f"hide_mask must be bool (True = hide), got dtype {hide_mask.dtype}; "

@@ -1,0 +1,84 @@
+"""`make lab` serves the repository root (exercises/ and solutions/ reachable from the file browser) and lands on
+the notebooks' index, rendered as a Markdown preview.
+
+The test runs the jupyter command of the Makefile's lab recipe (from `make -n lab`) with --no-browser on a free
+port, asks the server what it serves, and stops it.
+"""
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="`make lab` needs make")
+
+
+def lab_command(extra_args):
+    dry_run = subprocess.run(["make", "-s", "-n", "lab", f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    commands = [line for line in dry_run.splitlines() if " lab " in line and "jupyter" in line]
+    assert len(commands) == 1, f"expected one jupyter lab command in `make -n lab`, got:\n{dry_run}"
+    return commands[0]
+
+
+def test_lab_recipe_opens_the_index_at_the_repository_root():
+    command = lab_command("--no-browser")
+    assert "--ServerApp.root_dir=." in command and command.rstrip().endswith("notebooks/README.md"), command
+    assert "--allow-root" in command and "--no-browser" in command, command
+
+
+def _get(url, token, timeout=5):
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def test_lab_serves_the_repository(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    command = lab_command(f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.port_retries=0 "
+                          f"--IdentityProvider.token={token} --LabApp.news_url= --ServerApp.terminals_enabled=False")
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
+               JUPYTER_PLATFORM_DIRS="1")
+    log = tmp_path / "lab.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                listing = _get(f"{base}/api/contents/", token)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"jupyter lab did not start:\n{log.read_text(errors='replace')[-3000:]}")
+                time.sleep(0.5)
+        names = {item["name"] for item in listing["content"]}
+        assert {"notebooks", "exercises", "solutions", "course_utils"} <= names, names
+        assert _get(f"{base}/api/contents/notebooks/README.md?content=0", token)["type"] == "file"
+        if (Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json").exists():  # make setup
+            settings = _get(f"{base}/lab/api/settings/@jupyterlab/docmanager-extension:plugin", token)
+            viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
+            assert viewers.get("markdown") == "Markdown Preview", viewers  # etc/lab/overrides.json
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
