@@ -75,7 +75,8 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
         reports = list(pool.map(one, enumerate(files)))
     graded = [(p.name, rep) for p, rep in zip(files, reports)]
 
-    columns = [ex for ex in EXERCISES if any(r.exercise == ex for _, rep in graded for r in rep.results)]
+    seen = [r.exercise for _, rep in graded for r in rep.results]
+    columns = [ex for ex in EXERCISES if ex in seen] + sorted({ex for ex in seen if ex not in EXERCISES})
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)

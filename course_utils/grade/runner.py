@@ -10,6 +10,7 @@ import torch
 
 from . import protocol, source, specs
 from .diagnose import failure, verdict
+from .questions import QUESTIONS, grade_answer
 from .sandbox import jail
 
 CELL_TIMEOUT = 10.0
@@ -40,6 +41,18 @@ def _fail_all(report, exercises, key, message):
 
 def _strings(value, limit=50) -> list:
     return [str(v)[:400] for v in value[:limit]] if isinstance(value, list) else []
+
+
+def _answers(raw) -> list:
+    """Results for the numeric follow-ups the submission answered (the last answer to each question)."""
+    if not isinstance(raw, list):
+        return []
+    latest = {}
+    for item in raw[:20]:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and item[0] in QUESTIONS:
+            value = item[1] if isinstance(item[1], (int, float, str)) else None
+            latest[item[0]] = str(value)[:80] if isinstance(value, str) else value
+    return [grade_answer(q, v) for q, v in latest.items()]
 
 
 def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout=TOTAL_TIMEOUT,
@@ -96,6 +109,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         return _fail_all(report, exercises, "crashed", f"unreadable grading result ({type(exc).__name__})")
 
     report.notes = notes + _strings(data.get("notes"))
+    report.results += _answers(data.get("answers"))
     for ex in exercises:
         refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
         if refusals:  # known from the source alone, whatever the child ran or failed to run
