@@ -11,8 +11,12 @@ SUBMISSIONS ?= submissions
 OUT    ?= grades
 PYTEST_WORKERS ?= 2
 LAB_ARGS ?=
+# instructors: nbgrader in its own environment, so that the course environment stays as learners have it
+NBGRADER_VENV ?= .venv-nbgrader
+NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
+NBGRADER_PIP_ARGS ?=
 
-.PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser clean help
+.PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
@@ -22,6 +26,8 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
+	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
+	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
 
 setup: $(STAMP)
 
@@ -59,5 +65,22 @@ grade: $(STAMP)
 test-browser: $(STAMP)
 	RUN_BROWSER_TESTS=1 $(PY) -m pytest -p no:xdist tests/browser -v
 
+nbgrader-setup: $(NBGRADER_STAMP)
+
+$(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "nbgrader 0.9 needs Python >= 3.11; $(PYTHON) is older: make nbgrader-setup PYTHON=python3.11" >&2; exit 1; }
+	@test -x $(NBGRADER_VENV)/bin/python || $(PYTHON) -m venv $(NBGRADER_VENV)
+	$(NBGRADER_VENV)/bin/python -m pip install -q $(NBGRADER_PIP_ARGS) -r requirements-nbgrader.txt
+	@# nbgrader runs each notebook in the kernel its metadata names, python3: there, the course environment's Python
+	JUPYTER_PATH=$(abspath $(NBGRADER_VENV))/share/jupyter $(PY) -m ipykernel install --prefix $(abspath $(NBGRADER_VENV)) \
+		--name python3 --display-name "Python 3 (attention-by-hand)"
+	@touch $@
+
+test-nbgrader: $(STAMP)
+	@# where nbgrader cannot be installed the test is skipped and says why (in CI, CI=true, it fails instead)
+	@$(MAKE) --no-print-directory nbgrader-setup || echo "make nbgrader-setup failed: the round-trip test will say why"
+	RUN_NBGRADER_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs tests/nbgrader -v
+
 clean:
-	rm -rf $(VENV) grades .pytest_cache
+	rm -rf $(VENV) $(NBGRADER_VENV) grades .pytest_cache

@@ -94,3 +94,52 @@ def live_figure(draw, **controls):
     for widget in controls.values():
         widget.observe(redraw, names="value")
     return box
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Countdown:
+    """A countdown for timed practice: ▶ starts it, ⏸ pauses, ■ resets; show it as a cell's value.
+
+    ipywidgets' ``Play`` ticks once a second in the browser, and the progress bar is linked to it in the
+    browser too (``jslink``), so the clock keeps going while a cell runs; the label saying the time left
+    catches up when the kernel is free. Without a front end (nbclient, nbgrader) nothing ticks: it stays at 0.
+    """
+
+    def __init__(self, minutes: float = 20):
+        import ipywidgets as widgets
+
+        self.total_s = int(round(minutes * 60))
+        if self.total_s <= 0:
+            raise ValueError(f"minutes must be positive, got {minutes}")
+        self.play = widgets.Play(value=0, min=0, max=self.total_s, step=1, interval=1000, show_repeat=False)
+        self.bar = widgets.IntProgress(value=0, min=0, max=self.total_s, layout=widgets.Layout(width="240px"))
+        self._link = widgets.jslink((self.play, "value"), (self.bar, "value"))
+        self.label = widgets.Label(self.text)
+        self.play.observe(self._tick, names="value")
+        self.widget = widgets.HBox([self.play, self.bar, self.label])
+
+    @property
+    def elapsed_s(self) -> int:
+        return int(self.play.value)
+
+    @property
+    def text(self) -> str:
+        if self.elapsed_s >= self.total_s:
+            return f"time is up ({_clock(self.total_s)})"
+        return f"{_clock(self.total_s - self.elapsed_s)} left of {_clock(self.total_s)}"
+
+    def _tick(self, _change=None):
+        self.label.value = self.text
+        self.bar.bar_style = "danger" if self.elapsed_s >= self.total_s else ""
+
+    def stop(self) -> str:
+        """Pause the clock; returns the time used."""
+        self.play.playing = False
+        return f"time used: {_clock(self.elapsed_s)} of {_clock(self.total_s)}"
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)

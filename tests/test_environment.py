@@ -1,4 +1,4 @@
-"""The pins in requirements.txt (the source of truth) and environment.yml must agree."""
+"""The pins in requirements.txt (the source of truth), environment.yml and requirements-nbgrader.txt must agree."""
 import re
 from pathlib import Path
 
@@ -19,6 +19,15 @@ def test_environment_yml_matches_requirements():
     req, env = pins(ROOT / "requirements.txt"), pins(ROOT / "environment.yml")
     assert req, "requirements.txt has no pins"
     assert req == env, f"requirements.txt and environment.yml disagree: {set(req.items()) ^ set(env.items())}"
+
+
+def test_nbgrader_requirements_share_the_course_pins():
+    # the instructors' environment (.venv-nbgrader) runs the same Jupyter stack as the course's
+    req, nbg = pins(ROOT / "requirements.txt"), pins(ROOT / "requirements-nbgrader.txt")
+    assert nbg.get("nbgrader", "").startswith("0.9."), "nbgrader 0.9.x is the release for JupyterLab 4"
+    shared = set(req) & set(nbg)
+    assert {"jupyterlab", "nbconvert", "nbclient", "nbformat", "ipykernel"} <= shared
+    assert {k: req[k] for k in shared} == {k: nbg[k] for k in shared}
 
 
 def test_installed_torch_is_the_pinned_one():

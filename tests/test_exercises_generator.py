@@ -191,6 +191,15 @@ def test_solution_notebook_layout(path):
             # committed executed: the pass line is in the saved output
             text = "".join(o.get("text", "") for o in cell.outputs)
             assert re.search(r"✅ \w+: all \d+ checks passed", text), f"{path.name}: execute and save the notebook"
+            # for nbgrader, in hidden tests: warnings cannot zero the cell (anything on stderr scores 0), and the
+            # cell's value is its partial credit, the share of checks passed times the cell's points
+            points = meta["points"]
+            assert re.search(r'^warnings\.simplefilter\("ignore"\).*\n(.*\n)*result = check\(', cell.source, re.M), cell.id
+            assert re.search(rf"^round\(result\.score \* {points}, 2\)", cell.source, re.M), cell.id
+            values = [o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result"]
+            assert values == [f"{float(points)}"], f"{path.name}: the solution's check cell must be worth {points}"
+            learner = next(c for c in gen.make_exercise(nb).cells if c.id == cell.id)
+            assert "warnings" not in learner.source and "result.score" not in learner.source, cell.id
         else:
             assert meta["locked"] and not meta["solution"], cell.id
     assert len(checks) == 1
