@@ -296,12 +296,25 @@ def _seed(g) -> int:
     return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
 
 
-def _case(exercise, name, g, x_shape, steps=None, x_scale=1.0, **ctor):
+def _shift_scores(exercise, params, x, g, size=400.0):
+    """Make the scores large without making the softmax one-hot: a large key bias b adds q_i · b to every
+    score of query i, a shift softmax ignores and exp() does not (it overflows or underflows)."""
+    for name in [n for n in params if n.endswith("W_key.bias")]:
+        q = F.linear(x, params[name.replace("W_key.bias", "W_query.weight")])
+        typical = q.norm(dim=-1).mean().item() + 1e-6
+        direction = torch.randn(params[name].shape, generator=g)
+        params[name] = direction / direction.norm() * (size / typical) * math.sqrt(params[name].numel())
+
+
+def _case(exercise, name, g, x_shape, steps=None, large=False, **ctor):
     """A case with a fresh draw of parameters and input. ``steps``: kv_cache chunks
-    (start, end, use_cache, pass_past) over one sequence."""
-    ctor.setdefault("qkv_bias", False)
+    (start, end, use_cache, pass_past) over one sequence. ``large``: scores in the hundreds (see
+    ``_shift_scores``), with biases on."""
+    ctor.setdefault("qkv_bias", large)
     params = _draw_params(exercise, ctor, g)
-    x = torch.randn(x_shape, generator=g) * x_scale
+    x = torch.randn(x_shape, generator=g)
+    if large:
+        _shift_scores(exercise, params, x, g)
     if steps is None:
         calls = [Call(x, seed=_seed(g), use_cache=False if exercise == "kv_cache" else None)]
     else:
@@ -310,7 +323,7 @@ def _case(exercise, name, g, x_shape, steps=None, x_scale=1.0, **ctor):
             calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache))
             if use_cache:
                 last = i
-    return Case(name, ctor, params, calls, kind="large" if x_scale != 1.0 else "cache" if steps else "plain",
+    return Case(name, ctor, params, calls, kind="large" if large else "cache" if steps else "plain",
                 meta={"x_full": x})
 
 
@@ -389,7 +402,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
             _case(ex, "d_in=4 < d_out=6, qkv_bias, batch 3, 5 tokens", g, (3, 5, 4), d_in=4, d_out=6, qkv_bias=True),
             _case(ex, "unbatched (5 tokens, d_in=5) input, d_out=3", g, (5, 5), d_in=5, d_out=3),
             _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4), d_in=4, d_out=3),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0, d_in=4, d_out=4),
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True, d_in=4, d_out=4),
         ]
     if ex == "causal":
         return [
@@ -402,7 +415,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
             _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
                        d_in=4, d_out=3, context_length=6, dropout=0.0),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0,
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True,
                   d_in=4, d_out=4, context_length=6, dropout=0.0),
         ]
     if ex == "wrapper":
@@ -417,7 +430,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=5, d_out=5, context_length=6, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 4), x_scale=8.0,
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True,
                   d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex in ("mha", "mha_interview"):
@@ -432,7 +445,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=2, qkv_bias=True),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex == "kv_cache":
@@ -453,7 +466,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                               d_in=4, d_out=6, context_length=8, dropout=0.0, num_heads=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
                         num_heads=2),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
         ]
     if ex == "gqa":
@@ -470,7 +483,7 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
                        d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=4, num_kv_groups=2),
             _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=20, context_length=7, dropout=0.5,
                         num_heads=4, num_kv_groups=2),
-            _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 6), x_scale=8.0,
+            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
                   d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2),
         ]
     raise ValueError(f"unknown exercise {exercise!r}")
@@ -492,7 +505,7 @@ def make_square_cases(exercise, seed: int | None = None) -> list[Case]:
                    context_length=7, dropout=0.0, num_heads=2, **common),
         _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=12, d_out=12, context_length=7, dropout=0.5,
                     num_heads=2, qkv_bias=True),
-        _case(ex, "large inputs (scores in the hundreds)", g, (2, 5, 8), x_scale=8.0, d_in=8, d_out=8,
+        _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 8), large=True, d_in=8, d_out=8,
               context_length=6, dropout=0.0, num_heads=2, **common),
     ]
 
