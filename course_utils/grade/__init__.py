@@ -11,10 +11,10 @@ from __future__ import annotations
 from . import specs
 from .diagnose import Result, total_checks, verdict
 from .protocol import Graded, class_delegation, run_in_process
-from .questions import answer
+from .questions import answer, check_answers
 from .specs import EXERCISES
 
-__all__ = ["EXERCISES", "Result", "answer", "check", "grade_class"]
+__all__ = ["EXERCISES", "Result", "answer", "check", "check_answers", "grade_class"]
 
 
 def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None,

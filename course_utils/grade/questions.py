@@ -54,7 +54,7 @@ def grade_answer(question_id: str, value) -> Result:
     q = QUESTIONS[question_id]
     name = f"question {question_id}"
     if value is None:
-        return Result(name, False, 0.0, 0, 1, "not_implemented", [f"not answered yet: {q.text}"])
+        return Result(name, False, 0.0, 0, 1, "not_implemented", [f"not implemented yet: answer {q.text}"])
     if isinstance(q.answer, str):
         given = _norm(value)
         if given in {_norm(q.answer), *map(_norm, q.accept)}:
@@ -78,6 +78,24 @@ def grade_answer(question_id: str, value) -> Result:
 def answer(question_id: str, value, *, quiet: bool = False) -> Result:
     """The self-check for a numeric follow-up: prints a pass line or what the wrong answer means."""
     result = grade_answer(question_id, value)
+    if not quiet:
+        print(result.report())
+    return result
+
+
+def check_answers(answers: dict, *, quiet: bool = False) -> Result:
+    """Several follow-ups at once: one Result ("interview_numbers") whose score is the share answered right."""
+    results = {q: grade_answer(q, v) for q, v in answers.items()}
+    passed = sum(r.passed for r in results.values())
+    total = len(results)
+    if passed == total:
+        result = Result("interview_numbers", True, 1.0, total, total)
+    else:
+        wrong = [f"{q}: {r.messages[0]}" for q, r in results.items() if not r.passed]
+        key = "not_implemented" if all(r.diagnosis == "not_implemented" for r in results.values()) else "wrong_answer"
+        result = Result("interview_numbers", False, round(passed / total, 3), passed, total, key,
+                        ["not implemented yet: " + "; ".join(wrong) if key == "not_implemented" else wrong[0]]
+                        + ([] if key == "not_implemented" else wrong[1:]))
     if not quiet:
         print(result.report())
     return result
