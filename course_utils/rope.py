@@ -24,12 +24,12 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f"RoPE rotates pairs of features: head_dim must be a positive even int, got {head_dim!r}")
 
 
-def rope_inv_freq(head_dim: int, base: float = 10000.0, device=None) -> torch.Tensor:
-    """(head_dim // 2,) float32: theta_i = base ** (-2i / head_dim), from one full turn per token down to slow."""
+def rope_inv_freq(head_dim: int, base: float = 10000.0, device=None, dtype=torch.float32) -> torch.Tensor:
+    """(head_dim // 2,): theta_i = base ** (-2i / head_dim), from one radian per token down to slow turns."""
     _check_head_dim(head_dim)
     if base <= 1:
         raise ValueError(f"RoPE base must be > 1, got {base}")
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim
     return 1.0 / (base ** exponents)
 
 
@@ -45,15 +45,17 @@ def rope_cos_sin(positions, head_dim: int, base: float = 10000.0, *, interleaved
     """cos and sin tables, each ``positions.shape + (head_dim,)``, for the rotate-half (default) or interleaved layout.
 
     ``positions``: an int (``arange(positions)``), or an int tensor of any shape, e.g. ``(T,)`` or ``(B, T)``.
-    Angles are computed in float32 (position * frequency loses digits in half precision), then cast to ``dtype``.
+    Angles are computed in float32 (float64 for a float64 ``dtype``): position * frequency loses digits in half
+    precision. Then cos and sin are cast to ``dtype``.
     """
     if isinstance(positions, int):
         positions = torch.arange(positions, device=device)
     positions = torch.as_tensor(positions, device=device)
     if positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
-    inv_freq = rope_inv_freq(head_dim, base, device=positions.device)
-    angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., head_dim // 2)
+    angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = rope_inv_freq(head_dim, base, device=positions.device, dtype=angle_dtype)
+    angles = positions.to(angle_dtype)[..., None] * inv_freq  # (..., head_dim // 2)
     if interleaved:
         angles = angles.repeat_interleave(2, dim=-1)  # theta_0, theta_0, theta_1, theta_1, ...
     else:
