@@ -16,16 +16,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 class TensorMemoryTracker(TorchDispatchMode):
     """``with TensorMemoryTracker() as mem: f()`` then ``mem.peak_bytes``: the most bytes of tensors created
-    inside the block that were alive at once (views share their storage and count once)."""
+    inside the block that were alive at once (views share their storage and count once), and ``mem.num_ops``:
+    how many PyTorch operations (each one kernel launch, on a GPU) ran."""
 
     def __init__(self):
         super().__init__()
         self._live: dict[int, list] = {}  # storage address -> [bytes, number of live tensors on it]
         self.current_bytes = 0
         self.peak_bytes = 0
+        self.num_ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        self.num_ops += 1
         inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs))
                   if isinstance(t, torch.Tensor)}
         for t in pytree.tree_leaves(out):
