@@ -1,23 +1,25 @@
 """Peak memory of the tensors a computation creates, measured on any device (CPU included).
 
 ``tracemalloc`` sees only Python's own allocator, not PyTorch's, and ``torch.cuda.max_memory_allocated`` only
-CUDA. ``TensorMemoryTracker`` watches every tensor that a PyTorch operation returns while it is active (a
-``TorchDispatchMode``) and adds up the bytes of the storages alive at the same time. Buffers that a fused kernel
-allocates *inside* one operation (SDPA's) are invisible to it; its output is not.
+CUDA. ``TensorMemoryTracker`` watches every tensor that a PyTorch function or tensor method returns while it is
+active (a ``TorchFunctionMode``) and adds up the bytes of the storages alive at the same time. Buffers allocated
+*inside* one call (a fused kernel's, or a composite function's temporaries) are invisible to it; its result is not.
+A ``TorchFunctionMode`` rather than a ``TorchDispatchMode``: the latter would import torch._dynamo on first use,
+several seconds.
 """
 from __future__ import annotations
 
 import weakref
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 
-class TensorMemoryTracker(TorchDispatchMode):
+class TensorMemoryTracker(TorchFunctionMode):
     """``with TensorMemoryTracker() as mem: f()`` then ``mem.peak_bytes``: the most bytes of tensors created
     inside the block that were alive at once (views share their storage and count once), and ``mem.num_ops``:
-    how many PyTorch operations (each one kernel launch, on a GPU) ran."""
+    how many PyTorch functions and tensor methods were called (each a separate kernel, views aside)."""
 
     def __init__(self):
         super().__init__()
@@ -26,7 +28,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self.num_ops = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.num_ops += 1
         inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs))

@@ -169,6 +169,8 @@ def reference_forward(exercise, p, x, cfg, v: Variant = Variant(), past=None, us
 
 def expected_outputs(exercise, case: Case, v: Variant = Variant()):
     """Run the variant the way the learner's module is run; returns {name: tensor or None} or raises."""
+    if exercise in _BEYOND:  # hook: exercises 08-10
+        return specs_beyond.expected_outputs(exercise, case, v)
     with torch.no_grad():
         if case.steps is None:
             out = reference_forward(exercise, case.params, case.x, case.ctor, v)
@@ -254,6 +256,8 @@ def cached_outputs(exercise, case: Case, v: Variant):
 def _make_cases(exercise) -> list[Case]:
     """Small cases exposing the usual bugs: several heads, d_in < d_out and d_in > d_out,
     sequences shorter than context_length, batch > 1, dropout > 0 (the module is in eval mode)."""
+    if exercise in _BEYOND:  # hook: exercises 08-10
+        return specs_beyond.make_cases(exercise)
     if exercise == "self_attention":
         return [
             _case(exercise, "d_in=3 > d_out=2, batch 2, 6 tokens", 1, (2, 6, 3), d_in=3, d_out=2),
@@ -396,6 +400,8 @@ def _causal_common(base: Variant):
 
 def mutants(exercise) -> list[Mutant]:
     """Known-wrong variants for ``exercise``, most specific first."""
+    if exercise in _BEYOND:  # hook: exercises 08-10
+        return specs_beyond.mutants(exercise)
     if exercise == "self_attention":
         return [_m(M_NO_SCALE, replace(_PLAIN, scale="none")), _m(M_NO_SQRT, replace(_PLAIN, scale="no_sqrt")),
                 _m(M_SCALE_D_IN, replace(_PLAIN, scale="d_in")),
@@ -439,4 +445,17 @@ def mutants(exercise) -> list[Mutant]:
 
 
 def correct_variant(exercise) -> Variant:
+    if exercise in _BEYOND:  # hook: exercises 08-10
+        return specs_beyond.correct_variant(exercise)
     return _PLAIN if exercise == "self_attention" else _CAUSAL
+
+
+# ---------------------------------------------------------------------------------------------
+# hook: exercises 08-10 (rope, online_softmax, mla) live in specs_beyond; registered here, routed above
+from . import specs_beyond  # noqa: E402  (it imports Case and Mutant from this module lazily)
+
+_BEYOND = frozenset(specs_beyond.EXERCISES)
+EXERCISES = EXERCISES + specs_beyond.EXERCISES
+CONTRACT_CLASS.update(specs_beyond.CONTRACT_CLASS)
+CONTRACT_ARGS.update(specs_beyond.CONTRACT_ARGS)
+FUNCTION_EXERCISES = frozenset(specs_beyond.FUNCTION_EXERCISES)  # graded as functions, not classes
