@@ -28,7 +28,7 @@ from .masks import (
 )
 from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .online_softmax import online_softmax_attention
-from .rope import (
+from .rotary import (
     apply_rope,
     half_to_interleaved,
     interleaved_to_half,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ._checks import check_divisible, check_tokens
-from .rope import apply_rope, rope_cos_sin
+from .rotary import apply_rope, rope_cos_sin
 
 
 class LatentKVCache:

@@ -14,7 +14,7 @@ from ._checks import check_divisible, check_tokens
 from .attention import attend
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
 from .masks import expand_allow_mask
-from .rope import apply_rope, rope_cos_sin
+from .rotary import apply_rope, rope_cos_sin
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:

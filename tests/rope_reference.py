@@ -1,6 +1,6 @@
 """An independent RoPE for the tests: pairs of features as complex numbers, rotated by multiplying with e^(i m theta).
 
-It shares no code with course_utils.rope: the frequencies come from Python floats, the rotation from torch's
+It shares no code with course_utils.rotary: the frequencies come from Python floats, the rotation from torch's
 complex multiplication, and the pairing is explicit (adjacent for interleaved, i with i + d/2 for rotate half).
 """
 import torch

@@ -166,7 +166,7 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
     src = REFERENCE["rope"].replace("return x * angles.cos() + turned * angles.sin()",
                                     "import course_utils\n        return course_utils.rope(x, positions, self.rope_base)")
     refused = grade("rope", src)
-    assert not refused and refused.diagnosis == "delegates" and "course_utils.rope" in refused.report()
+    assert not refused and refused.diagnosis == "delegates" and "course_utils.rotary.rope" in refused.report()
 
 
 def test_a_missing_tile_check_is_named_not_a_crash():

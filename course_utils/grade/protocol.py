@@ -21,7 +21,7 @@ _GRADE_DIR = os.path.dirname(os.path.abspath(__file__))
 # course_utils modules whose use counts as delegating to the reference (data, device, viz are fine)
 _REFERENCE_FILES = {os.path.join(_COURSE_DIR, f) for f in
                     ("attention.py", "multihead.py", "kv_cache.py", "masks.py", "interop.py",
-                     "rope.py", "online_softmax.py", "mla.py")}
+                     "rotary.py", "online_softmax.py", "mla.py")}
 _MHA_CODES = {nn.MultiheadAttention.forward.__code__, torch.nn.functional.multi_head_attention_forward.__code__}
 
 
