@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from course_utils import (
     GroupedQueryAttention,
+    MultiHeadAttention,
     GrowingKVCache,
     PreallocatedKVCache,
     apply_rope,
@@ -19,6 +20,7 @@ from course_utils import (
     rope_positions,
     rotate_every_two,
     rotate_half,
+    to_nn_multihead,
 )
 from tests.conftest import causal_allow
 from tests.rope_reference import complex_rope, frequencies
@@ -257,3 +259,5 @@ def test_rope_errors():
         apply_rope(torch.randn(2, 3, 16), cos, sin)
     with pytest.raises(ValueError, match="start >= 0"):
         rope_positions(-1, 3)
+    with pytest.raises(ValueError, match="no rotary position embedding"):
+        to_nn_multihead(MultiHeadAttention(4, 8, 8, 0.0, 2, rope=True))
