@@ -7,6 +7,8 @@ Every time is a median of ``repeats`` runs after warm-up, with the device synchr
 the competitors take turns within each repeat, and a decoding time is the sum over steps of each step's median.
 Correctness is checked before anything is timed: the variants must agree with the reference, the three decoders
 must produce the same greedy tokens, and the measured cache bytes must equal course_utils.kv_cache_bytes.
+The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
+latent cache (notebook 10) against GQA's (benchmarks/beyond.py); both sections are skipped for a config without them.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch
 
 from course_utils import get_device
 
+from .beyond import beyond_ratios, bench_mla_cache, bench_online_softmax
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .timing import median_time, median_times
 from .variants import VARIANTS, build_variants, check_variants_agree
@@ -38,29 +41,48 @@ CONFIGS = {
         variant_repeats=5, variant_warmup=1,
         decoder=dict(vocab_size=512, d_model=128, num_layers=4, num_heads=4, prompt_len=16, batch=1),
         decode_lengths=[128, 512, 1024], decode_repeats=3, kv_groups=[4, 2, 1], kv_new_tokens=512,
+        online_softmax=dict(batch=1, heads=8, head_dim=64, seq_lens=[512, 1024, 2048], block_size=128,
+                            dtype="float32", atol=1e-4, repeats=3),
+        mla=dict(d_model=256, num_heads=8, kv_latent_dim=64, rope_dim=16, num_kv_groups=2, prompt_len=16,
+                 new_tokens=256, atol=1e-4, repeats=3),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
         variant_repeats=3, variant_warmup=1,
         decoder=dict(vocab_size=128, d_model=64, num_layers=2, num_heads=4, prompt_len=8, batch=1),
         decode_lengths=[128, 512, 1024], decode_repeats=1, kv_groups=[4, 2, 1], kv_new_tokens=128,
+        online_softmax=dict(batch=1, heads=4, head_dim=64, seq_lens=[256, 512], block_size=128,
+                            dtype="float32", atol=1e-4, repeats=1),
+        mla=dict(d_model=128, num_heads=4, kv_latent_dim=32, rope_dim=8, num_kv_groups=2, prompt_len=8,
+                 new_tokens=64, atol=1e-4, repeats=1),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
         variant_repeats=20, variant_warmup=3,
         decoder=dict(vocab_size=32000, d_model=1024, num_layers=8, num_heads=16, prompt_len=16, batch=1),
         decode_lengths=[128, 512, 1024], decode_repeats=3, kv_groups=[16, 4, 1], kv_new_tokens=512,
+        online_softmax=dict(batch=1, heads=16, head_dim=128, seq_lens=[1024, 4096, 8192], block_size=128,
+                            dtype="bfloat16", atol=5e-2, repeats=5, warmup=2),
+        mla=dict(d_model=1024, num_heads=16, kv_latent_dim=256, rope_dim=32, num_kv_groups=4, prompt_len=16,
+                 new_tokens=256, atol=1e-3, repeats=3),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
         variant_repeats=5, variant_warmup=2,
         decoder=dict(vocab_size=1024, d_model=256, num_layers=4, num_heads=8, prompt_len=8, batch=1),
         decode_lengths=[128, 512, 1024], decode_repeats=1, kv_groups=[8, 2, 1], kv_new_tokens=128,
+        online_softmax=dict(batch=1, heads=8, head_dim=128, seq_lens=[1024, 4096], block_size=128,
+                            dtype="bfloat16", atol=5e-2, repeats=3, warmup=1),
+        mla=dict(d_model=512, num_heads=8, kv_latent_dim=128, rope_dim=32, num_kv_groups=2, prompt_len=8,
+                 new_tokens=64, atol=1e-3, repeats=1),
     ),
 }
 
 REQUIRED_RATIOS = ("fastest_mha_vs_sdpa", "fastest_mha_vs_nn_mha", "cache_speedup_512", "static_vs_growing_1024",
                    "gqa_cache_bytes_ratio_error")
+# present when the config has the online_softmax and mla sections (results committed before them lack these)
+BEYOND_RATIOS = ("online_softmax_vs_sdpa_time", "naive_vs_sdpa_time", "naive_vs_online_softmax_peak_bytes",
+                 "gqa_vs_mla_cache_bytes", "gqa_vs_mla_cache_bytes_error", "mla_absorbed_vs_explicit_decode_time")
 
 
 def device_label(device: torch.device) -> str:
@@ -311,11 +333,14 @@ def compute_ratios(report, cfg):
         "static_vs_growing_1024": dec["growing"][long]["seconds"] / dec["preallocated"][long]["seconds"],
         "gqa_cache_bytes_ratio_error": abs(measured - theory),
         "gqa_cache_bytes_ratio": measured,
+        **beyond_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
             "static_vs_growing_1024": f"growing cache / preallocated cache, {long} new tokens",
             "gqa": f"{gqa} vs mha",
+            "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
+            "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
         },
     }
 
@@ -331,6 +356,12 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     report["decoding"] = bench_decoding(cfg, device, log)
     log("MHA vs GQA vs MQA")
     report["kv_variants"] = bench_kv_variants(cfg, device, log)
+    if "online_softmax" in cfg:
+        log("Online softmax vs SDPA vs naive attention")
+        report["online_softmax"] = bench_online_softmax(cfg, device, log)
+    if "mla" in cfg:
+        log("MLA vs GQA cache")
+        report["mla_cache"] = bench_mla_cache(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

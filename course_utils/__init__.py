@@ -15,6 +15,8 @@ from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
 from .interop import copy_parameters, to_nn_multihead, wrapper_to_mha
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
+from .memory import TensorMemoryTracker, peak_tensor_bytes
+from .mla import LatentKVCache, MultiHeadLatentAttention, mla_cache_bytes
 from .sizes import kv_cache_bytes
 from .masks import (
     allow_to_hide,
@@ -26,6 +28,18 @@ from .masks import (
     padding_hide_mask,
 )
 from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
+from .online_softmax import online_softmax_attention
+from .rotary import (
+    apply_rope,
+    half_to_interleaved,
+    interleaved_to_half,
+    rope,
+    rope_cos_sin,
+    rope_inv_freq,
+    rope_positions,
+    rotate_every_two,
+    rotate_half,
+)
 
 __version__ = "0.1.0"
 
@@ -36,5 +50,9 @@ __all__ = [
     "causal_hide_mask", "copy_parameters", "expand_allow_mask", "get_device", "hide_to_allow", "kv_cache_bytes",
     "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
     "to_nn_multihead", "wrapper_to_mha",
+    # positions, tiles and latents (notebooks 08-10)
+    "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
+    "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
+    "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.

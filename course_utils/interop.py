@@ -19,6 +19,8 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """
     if mha.num_kv_groups != mha.num_heads:
         raise ValueError("nn.MultiheadAttention has no grouped K/V heads: map a MultiHeadAttention")
+    if mha.rope:
+        raise ValueError("nn.MultiheadAttention has no rotary position embedding: map a module built with rope=False")
     same = mha.d_in == mha.d_out == mha.d_context
     p = mha.W_query.weight
     torch_mha = nn.MultiheadAttention(

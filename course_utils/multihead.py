@@ -14,6 +14,7 @@ from ._checks import check_divisible, check_tokens
 from .attention import attend
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
 from .masks import expand_allow_mask
+from .rotary import apply_rope, rope_cos_sin
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -30,24 +31,34 @@ class GroupedQueryAttention(nn.Module):
     Query head ``h`` reads K/V group ``h // (num_heads // num_kv_groups)``, the ``repeat_interleave``
     convention of SDPA's ``enable_gqa`` and Hugging Face's ``repeat_kv``.
 
-    forward(x, context=None, *, allow_mask=None, cache=None, return_weights=False)
+    forward(x, context=None, *, allow_mask=None, cache=None, return_weights=False, positions=None)
       x:          (B, Sq, d_in) queries (and keys/values, for self-attention)
       context:    (B, Sk, d_context) keys/values for cross-attention (needs ``causal=False``)
       allow_mask: bool, True = may attend; (B, Sk) padding or (B, 1, Sq, Sk)
       cache:      a ``KVCache``; x holds only the new tokens, which follow the cached ones
+      positions:  with ``rope=True``, the new tokens' positions, (Sq,) or (B, Sq); default past_len ... past_len+Sq-1
+
+    ``rope=True`` rotates queries and keys (never values) by RoPE with ``rope_base``, per head, *before* the keys
+    enter the cache: cached keys are already rotated, and new tokens take positions past_len, past_len + 1, ...
     """
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False,
-                 *, causal=True, d_context=None, use_sdpa=False):
+                 *, causal=True, d_context=None, use_sdpa=False, rope=False, rope_base=10000.0):
         super().__init__()
         check_divisible(d_out, num_heads, f"d_out ({d_out}) and num_heads ({num_heads})")
         check_divisible(num_heads, num_kv_groups, f"num_heads ({num_heads}) and num_kv_groups ({num_kv_groups})")
+        if rope and (d_out // num_heads) % 2:
+            raise ValueError(f"rope=True rotates pairs of features: head_dim = d_out // num_heads = "
+                             f"{d_out // num_heads} must be even")
+        if rope and not rope_base > 1:
+            raise ValueError(f"rope_base must be > 1, got {rope_base}")
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
         self.d_context = d_in if d_context is None else d_context
         self.num_heads, self.num_kv_groups = num_heads, num_kv_groups
         self.head_dim = d_out // num_heads
         self.group_size = num_heads // num_kv_groups  # query heads per K/V head
         self.causal, self.use_sdpa = causal, use_sdpa
+        self.rope, self.rope_base = rope, rope_base
 
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_context, num_kv_groups * self.head_dim, bias=qkv_bias)
@@ -69,14 +80,20 @@ class GroupedQueryAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
 
-    def forward(self, x, context=None, *, allow_mask=None, cache: KVCache | None = None, return_weights=False):
+    def forward(self, x, context=None, *, allow_mask=None, cache: KVCache | None = None, return_weights=False,
+                positions=None):
         check_tokens(x, self.d_in, self.context_length)
         b, num_queries, _ = x.shape
+        if positions is not None and not self.rope:
+            raise ValueError("positions=... is only used with RoPE: build the module with rope=True")
         if context is None:
             context = x
         else:
             if self.causal:
                 raise ValueError("cross-attention (context=...) is not causal: build the module with causal=False")
+            if self.rope:
+                raise ValueError("rope=True is for self-attention: a cross-attention context has no positions in x's "
+                                 "sequence")
             check_tokens(context, self.d_context, name="context")
             if context.shape[0] != b:
                 raise ValueError(f"context has batch {context.shape[0]} but x has batch {b}")
@@ -95,6 +112,9 @@ class GroupedQueryAttention(nn.Module):
                 raise ValueError(
                     f"{past_len} cached + {num_queries} new tokens exceed context_length={self.context_length}"
                 )
+        if self.rope:
+            queries, keys = self._rotate(queries, keys, past_len, positions)  # before caching; values never
+        if cache is not None:
             keys, values = cache.update(keys, values)  # all tokens so far
         num_keys = keys.shape[2]
 
@@ -122,6 +142,19 @@ class GroupedQueryAttention(nn.Module):
         context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_queries, self.d_out)  # merge heads
         out = self.out_proj(context_vec)
         return (out, weights) if return_weights else out
+
+    def _rotate(self, queries, keys, past_len, positions):
+        """RoPE on the new queries and keys, at ``positions`` (default: past_len ... past_len + Sq - 1)."""
+        b, _, num_new, _ = queries.shape
+        if positions is None:
+            positions = torch.arange(past_len, past_len + num_new, device=queries.device)
+        else:
+            positions = torch.as_tensor(positions, device=queries.device)
+            if positions.shape not in ((num_new,), (b, num_new)):
+                raise ValueError(f"positions must have shape ({num_new},) or ({b}, {num_new}), one per new token; "
+                                 f"got {tuple(positions.shape)}")
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_base, dtype=queries.dtype, device=queries.device)
+        return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
 
     def _sdpa(self, queries, keys, values, hide, plain_causal):
         """The fused kernel; is_causal only where the mask is the plain square one (no cache, no padding)."""

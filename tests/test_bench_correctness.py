@@ -17,6 +17,10 @@ TINY = dict(
     variant_repeats=1, variant_warmup=0,
     decoder=dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, prompt_len=3, batch=2),
     decode_lengths=[2, 4, 8], decode_repeats=2, kv_groups=[4, 2, 1], kv_new_tokens=4,
+    online_softmax=dict(batch=2, heads=2, head_dim=8, seq_lens=[7, 12], block_size=4, dtype="float32", atol=1e-5,
+                        repeats=1, warmup=0),
+    mla=dict(d_model=16, num_heads=4, kv_latent_dim=6, rope_dim=2, num_kv_groups=2, prompt_len=3, new_tokens=4,
+             atol=1e-5, repeats=1),
 )
 TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
 
@@ -121,6 +125,32 @@ def test_run_writes_json_with_required_keys(tmp_path):
     for key in bench.REQUIRED_RATIOS:
         assert isinstance(ratios[key], float) and ratios[key] >= 0, key
     assert ratios["gqa_cache_bytes_ratio_error"] == 0.0
+    for key in bench.BEYOND_RATIOS:
+        assert isinstance(ratios[key], float) and ratios[key] >= 0, key
+    # online softmax: every attention agrees, and the naive one holds the (B, h, T, T) scores
+    online = report["online_softmax"]["results"]
+    assert set(online) == {"7", "12"}
+    for entry in online.values():
+        assert max(e["max_abs_error"] for e in entry.values()) < 1e-5
+    assert online["12"]["naive"]["peak_bytes"] >= 2 * 2 * 12 * 12 * 4
+    # MLA: the cache holds (latent + rope) = 8 numbers a token, GQA 2 groups x 2 x head_dim 4 = 16
+    assert ratios["gqa_vs_mla_cache_bytes"] == 2.0 and ratios["gqa_vs_mla_cache_bytes_error"] == 0.0
+    mla = report["mla_cache"]["results"]
+    assert mla["mla_explicit"]["cache_bytes_measured"] == 7 * 8 * 4 == mla["mla_absorbed"]["cache_bytes_measured"]
+    assert report["mla_cache"]["deepseek_v3_bf16_bytes_per_token"] == {"mla": 70_272, "mha_same_heads": 4_997_120}
+
+
+def test_online_softmax_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import beyond
+    monkeypatch.setattr(beyond, "online_softmax_attention", lambda q, k, v, **kw: (q, None))
+    with pytest.raises(AssertionError, match="attention results disagree"):
+        beyond.bench_online_softmax(TINY, "cpu", log=lambda *args: None)
+
+
+def test_peak_bytes_sees_the_score_matrix():
+    from benchmarks.beyond import naive_attention, peak_bytes
+    q = torch.randn(1, 2, 64, 8)
+    assert peak_bytes(lambda: naive_attention(q, q, q, causal=True), "cpu") >= 2 * 64 * 64 * 4
 
 
 def test_committed_results_have_required_keys():
@@ -134,3 +164,7 @@ def test_committed_results_have_required_keys():
         assert not missing, f"{path.name} lacks ratios {missing}"
         assert report["ratios"]["gqa_cache_bytes_ratio_error"] == 0.0
         assert report["decoding"]["tokens_identical"] is True
+        if "online_softmax" in report or "mla_cache" in report:  # results from after notebooks 09 and 10
+            missing = [key for key in bench.BEYOND_RATIOS if key not in report["ratios"]]
+            assert not missing, f"{path.name} lacks ratios {missing}"
+            assert report["ratios"]["gqa_vs_mla_cache_bytes_error"] == 0.0

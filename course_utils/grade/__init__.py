@@ -25,7 +25,8 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
     graded = Graded(exercise, seed)
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
         return Result(exercise, False, 0.0, 0, total_checks(graded.cases), specs.NOT_IMPLEMENTED,
-                      [f"not implemented yet: define class {specs.CONTRACT_CLASS[exercise]}"])
+                      [f"not implemented yet: define {'function' if exercise in specs.FUNCTION_EXERCISES else 'class'} "
+                       f"{specs.CONTRACT_CLASS[exercise]}"])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)
     if reason and ("course_utils" in reason or exercise in specs.INTERVIEW):

@@ -14,12 +14,14 @@ import torch
 from torch import nn
 
 from .sandbox import harness
-from .specs import CONTRACT_ARGS, CONTRACT_CLASS, INTERVIEW, Case, make_cases, make_square_cases, without_biases
+from .specs import (CONTRACT_ARGS, CONTRACT_CLASS, FUNCTION_EXERCISES, INTERVIEW, Case, make_cases, make_square_cases,
+                    without_biases)
 
 _COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # course_utils modules whose use counts as delegating to the reference (data, device, viz, sizes are fine)
 _REFERENCE_FILES = {os.path.join(_COURSE_DIR, f) for f in
-                    ("attention.py", "multihead.py", "kv_cache.py", "masks.py", "interop.py")}
+                    ("attention.py", "multihead.py", "kv_cache.py", "masks.py", "interop.py", "rotary.py",
+                     "online_softmax.py", "mla.py")}
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
 
 
@@ -29,15 +31,18 @@ class BadResult(Exception):
 
 def plan_case(case: Case) -> dict:
     return {"name": case.name, "params": case.params, "given_past": case.given_past,
+            "present_names": list(case.meta.get("present_names", ("keys", "values"))),
             "calls": [{"x": c.x, "train": c.train, "seed": c.seed, "grad": c.grad, "past": c.past,
-                       "use_cache": c.use_cache} for c in case.calls]}
+                       "use_cache": c.use_cache, "kwargs": c.kwargs, "args": c.args, "tile_bound": c.tile_bound}
+                      for c in case.calls]}
 
 
 def plan(exercise: str, cases: list, square: list | None = None) -> dict:
     """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
     mode also sends ``square`` cases, for a class written in another dialect than the book's."""
-    out = {"class": CONTRACT_CLASS[exercise], "trace": exercise in INTERVIEW,
-           "ctor_args": [[c.ctor[a] for a in CONTRACT_ARGS[exercise]] for c in cases],
+    function = exercise in FUNCTION_EXERCISES
+    out = {"class": CONTRACT_CLASS[exercise], "trace": exercise in INTERVIEW, "function": function,
+           "ctor_args": [[] if function else [c.ctor[a] for a in CONTRACT_ARGS[exercise]] for c in cases],
            "cases": [plan_case(c) for c in cases]}
     if square is not None:
         out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square])
@@ -82,10 +87,13 @@ _WHERES = {"construct", "load", "forward", "backward"}
 
 def _expected_names(case: Case, params: list) -> set:
     names = {"repeat.out"}
+    present = case.meta.get("present_names", ("keys", "values"))
     for i, call in enumerate(case.calls, start=1):
         names.add(f"step{i}.out")
+        if call.args is not None:
+            names |= {f"step{i}.lse", f"step{i}.tiled"}
         if call.use_cache is not None:
-            names |= {f"step{i}.keys", f"step{i}.values"}
+            names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
         if call.grad is not None:
             names.add(f"step{i}.grad.x")
             names |= {f"step{i}.grad.{p}" for p in params}
@@ -179,9 +187,12 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
     the_plan = graded.plan()
     records = graded.resolve(harness.run_exercise(cls, the_plan, learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
+    first = {**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]}
     with recorder:
-        harness.run_case(cls, the_plan["ctor_args"][0], {**the_plan["cases"][0],
-                                                         "calls": the_plan["cases"][0]["calls"][:1]})
+        if the_plan.get("function"):
+            harness.run_function_case(cls, first)
+        else:
+            harness.run_case(cls, the_plan["ctor_args"][0], first)
     for rec in records:
         rec["calls"] = sorted(set(rec["calls"]) | recorder.calls)
     return records
@@ -189,7 +200,10 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
 
 def class_delegation(cls, exercise: str) -> str | None:
     """Why ``cls`` is course_utils' reference (or, in interview mode, nn.MultiheadAttention), else None."""
-    if not isinstance(cls, type):
+    if not isinstance(cls, type):  # a function exercise
+        module = getattr(cls, "__module__", "") or ""
+        if module.startswith("course_utils") and not module.startswith("course_utils.grade"):
+            return f"{getattr(cls, '__name__', 'the function')} is course_utils' own ({module})"
         return None
     for base in cls.__mro__:
         module = getattr(base, "__module__", "") or ""

@@ -75,6 +75,9 @@ class Call:
     grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
     past: int | str | None = None
     use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
+    kwargs: dict = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
+    args: tuple | None = None         # a function exercise: fn(*args) instead of a module's forward
+    tile_bound: int | None = None     # a function exercise: the largest float tensor a tiled computation makes
 
 
 @dataclass
@@ -226,6 +229,8 @@ def expected_outputs(exercise, case: Case, v: Variant = Variant()):
     """Run the variant the way the learner's module is run: {name: tensor or None}; raises where the variant
     crashes (``case.meta['step']`` says at which call). Training-mode calls are checked separately
     (``dropout_problem``) and have no expected value."""
+    if exercise in _BEYOND:
+        return specs_beyond.expected_outputs(exercise, case, v)
     outs, presents, state = {}, {}, None
     for i, call in enumerate(case.calls):
         tag = f"step{i + 1}"
@@ -396,6 +401,8 @@ def make_cases(exercise, seed: int | None = None) -> list[Case]:
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
     ex = exercise
+    if ex in _BEYOND:
+        return specs_beyond.make_cases(ex, g)
     if ex == "self_attention":
         return [
             _case(ex, "d_in=3 > d_out=2, batch 2, 6 tokens", g, (2, 6, 3), d_in=3, d_out=2),
@@ -654,6 +661,8 @@ def _heads_mutants(base: Variant):
 
 def mutants(exercise) -> list[Mutant]:
     """Known-wrong variants for ``exercise``, most specific first."""
+    if exercise in _BEYOND:
+        return specs_beyond.mutants(exercise)
     if exercise == "self_attention":
         return [_m(M_NO_SCALE, replace(_PLAIN, scale="none")), _m(M_NO_SQRT, replace(_PLAIN, scale="no_sqrt")),
                 _m(M_SCALE_D_IN, replace(_PLAIN, scale="d_in")),
@@ -715,4 +724,17 @@ def mutant_pairs(exercise) -> list[Mutant]:
 
 
 def correct_variant(exercise) -> Variant:
+    if exercise in _BEYOND:
+        return specs_beyond.correct_variant(exercise)
     return _PLAIN if exercise == "self_attention" else _CAUSAL
+
+
+# ---------------------------------------------------------------------------------------------
+# exercises 08-10 (rope, online_softmax, mla) live in specs_beyond; registered here, routed above
+from . import specs_beyond  # noqa: E402  (it needs Call, Case and Mutant from this module)
+
+_BEYOND = frozenset(specs_beyond.EXERCISES)
+EXERCISES = EXERCISES + specs_beyond.EXERCISES
+CONTRACT_CLASS.update(specs_beyond.CONTRACT_CLASS)
+CONTRACT_ARGS.update(specs_beyond.CONTRACT_ARGS)
+FUNCTION_EXERCISES = frozenset(specs_beyond.FUNCTION_EXERCISES)  # graded as functions, not classes

@@ -125,18 +125,63 @@ def _call(module, call: dict, past, kv: bool):
     x = call["x"].clone()
     if call.get("grad") is not None:
         x.requires_grad_(True)
-    if call["use_cache"] is None:
+    if call["use_cache"] is None and not call.get("kwargs"):
         out = module(x)
         if isinstance(module, dialects.Caller) and isinstance(out, (tuple, list)) and out:
             out = out[0]  # (output, attention weights), as many candidates return
         return out, None, x
-    result = module(x, past_key_value=past, use_cache=call["use_cache"])
+    result = module(x, past_key_value=past, use_cache=bool(call["use_cache"]), **call.get("kwargs", {}))
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise ContractError(f"forward must return (out, present), got {type(result).__name__}")
     out, present = result
     if present is not None and not (isinstance(present, (tuple, list)) and len(present) == 2):
-        raise ContractError(f"present must be None or a tuple (keys, values), got {type(present).__name__}")
+        names = " and ".join(call.get("present_names", ("keys", "values")))
+        raise ContractError(f"present must be None or a pair ({names}), got {type(present).__name__}")
     return out, present, x
+
+
+def _largest_float_tensor():
+    """A TorchFunctionMode recording the largest floating-point tensor any torch function returns: a tiled
+    computation never builds the full score matrix. (A TorchDispatchMode would import torch._dynamo, seconds
+    that count against the sandbox's time limits.)"""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils import _pytree as pytree
+
+    class Largest(TorchFunctionMode):
+        numel = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    return Largest()
+
+
+def run_function_case(fn, case: dict, learner_files=None) -> dict:
+    """A function exercise (the online softmax): fn(*args) must return (out, lse)."""
+    record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
+    call = case["calls"][0]
+    try:
+        tracker = _largest_float_tensor()
+        torch.manual_seed(call["seed"])
+        with torch.no_grad(), tracker:
+            result = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in call["args"]])
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise ContractError(f"{getattr(fn, '__name__', 'the function')} must return (out, lse), "
+                                f"got {type(result).__name__}")
+        record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1])}
+        if call.get("tile_bound") is not None:
+            record["outputs"]["step1.tiled"] = torch.tensor(1.0 if tracker.numel <= call["tile_bound"] else 0.0)
+        torch.manual_seed(call["seed"] + 1)
+        with torch.no_grad():
+            again = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in call["args"]])
+        record["outputs"]["repeat.out"] = _plain(again[0]) if isinstance(again, (tuple, list)) else _plain(again)
+    except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
+        record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": 1}
+    return record
 
 
 def _backward(module, out, x, call, tag, outputs, pmap=None):
@@ -217,8 +262,9 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
                 out, present, x = _call(caller, call, past, True)
                 outputs[f"{tag}.out"] = _plain(out)
                 if call["use_cache"] is not None:
-                    outputs[f"{tag}.keys"] = None if present is None else _plain(present[0])
-                    outputs[f"{tag}.values"] = None if present is None else _plain(present[1])
+                    first_name, second_name = case.get("present_names", ("keys", "values"))
+                    outputs[f"{tag}.{first_name}"] = None if present is None else _plain(present[0])
+                    outputs[f"{tag}.{second_name}"] = None if present is None else _plain(present[1])
                     presents[step - 1] = present
                 if call.get("grad") is not None:
                     try:
@@ -247,6 +293,8 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
 def run_exercise(cls, plan: dict, learner_files=None) -> list:
     """Records for every case of one exercise's plan (see the grader's ``protocol.plan``). In interview mode
     a class in another dialect than the book's runs on the plan's square cases (d_in = d_out = d_model)."""
+    if plan.get("function"):
+        return [run_function_case(cls, case, learner_files) for case in plan["cases"]]
     cases, ctor_args, ctors = plan["cases"], plan["ctor_args"], [None] * len(plan["cases"])
     if plan.get("dialects") and not _is_book(cls):
         cases, ctors = plan["square_cases"], plan["square_ctors"]
@@ -316,9 +364,10 @@ def main(result_fd: int) -> None:
         entry = {"missing": None, "records": []}
         result["exercises"][ex] = entry
         cls = requested.get(ex, namespace.get(spec["class"]))
-        if not isinstance(cls, type):
-            entry["missing"] = (f"no class {spec['class']} found" if cls is None
-                                else f"{spec['class']} is not a class")
+        kind = "function" if spec.get("function") else "class"
+        if not (callable(cls) if spec.get("function") else isinstance(cls, type)):
+            entry["missing"] = (f"no {kind} {spec['class']} found" if cls is None
+                                else f"{spec['class']} is not a {kind}")
             continue
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:

@@ -1,0 +1,499 @@
+"""Exercises 08-10 (RoPE with a KV cache, the online softmax, MLA): contracts, cases, the reference with its
+mutants. Kept apart from ``specs`` on purpose: ``specs`` registers these exercises (EXERCISES, CONTRACT_CLASS,
+CONTRACT_ARGS, FUNCTION_EXERCISES) and routes ``make_cases``, ``expected_outputs``, ``mutants`` and
+``correct_variant`` here. The sandboxed harness calls the submission as each case's calls say (extra keyword
+arguments such as ``absorb``, the names of the cache's two parts, or a plain function call).
+
+As in ``specs``, every misconception is a flag of one reference computation (``RopeVariant``, ``OnlineVariant``,
+``MlaVariant``), run on the grader's parameters and inputs; the verdict names the variant the learner reproduces.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+EXERCISES = ("rope", "online_softmax", "mla")
+FUNCTION_EXERCISES = {"online_softmax"}  # graded as a function, not a class
+
+CONTRACT_CLASS = {"rope": "RoPEAttention", "online_softmax": "online_softmax_attention",
+                  "mla": "MultiHeadLatentAttention"}
+CONTRACT_ARGS = {
+    "rope": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias", "rope_base"),
+    "online_softmax": ("q", "k", "v", "block_size", "causal"),  # call arguments, positional
+    "mla": ("d_in", "d_out", "context_length", "dropout", "num_heads", "kv_latent_dim", "rope_dim"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# variants: the correct computation and each misconception as flags
+
+@dataclass(frozen=True)
+class RopeVariant:
+    positions: str = "ok"       # ok | restart (every call starts at 0)
+    rotate_v: bool = False
+    layout: str = "half"        # half | interleaved
+    freq_dim: str = "head_dim"  # head_dim | d_out
+    cache: str = "before"       # before | after_double (rotate the concatenated keys) | after_raw (cache unrotated)
+    rope: bool = True
+    direction: int = 1          # 1 | -1 (rotated the wrong way)
+    mask: str = "ok"            # ok | top_left
+
+
+@dataclass(frozen=True)
+class OnlineVariant:
+    update_max: bool = True     # False: m = m_new forgotten
+    lse_from: str = "m"         # m | m_new (with update_max False) | none (lse = log(l))
+    subtract_max: bool = True   # False: exp of the raw scores (overflows)
+    rescale_out: bool = True
+    rescale_sum: bool = True
+    divide: str = "end"         # end | tile (divide each tile's p @ v by the running sum) | running (acc /= l)
+    causal_skip: str = "ok"     # ok | diagonal (diagonal tile skipped too)
+    fully_masked: str = "nan"   # what a row with no key gives in a buggy variant: nan | zero
+    diagonal_mask: bool = True  # False: the diagonal tile is computed without its mask
+    scale: bool = True
+    materialise: bool = False   # the full score matrix is built (outputs right, "tiled" wrong)
+
+
+@dataclass(frozen=True)
+class MlaVariant:
+    cache: str = "latent"       # latent | up_projected | only_new
+    rope_on: str = "rope"       # rope | latent (rotate c_kv too) | nope (rotate the up-projected parts too) | none
+    positions: str = "ok"       # ok | restart
+    absorb_uk: str = "ok"       # ok | transposed (W_uk read as (in, out)) in absorbed steps
+    absorb_uv: str = "ok"
+    scale: str = "head_dim+rope"  # head_dim+rope | head_dim
+    mask: str = "ok"            # ok | top_left
+
+
+_CORRECT = {"rope": RopeVariant(), "online_softmax": OnlineVariant(), "mla": MlaVariant()}
+
+
+def correct_variant(exercise):
+    return _CORRECT[exercise]
+
+
+# ---------------------------------------------------------------------------------------------
+# shared pieces
+
+def _lin(p, name, x):
+    return F.linear(x, p[name + ".weight"], p.get(name + ".bias"))
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def _rotate_pairs(x):
+    pairs = x.unflatten(-1, (-1, 2))
+    return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
+
+
+def _rope(x, positions, base, layout="half", freq_dim=None, direction=1):
+    """Rotate x (..., T, d) at integer positions (T,); frequencies base^(-2i/freq_dim), freq_dim = d by default."""
+    d = x.shape[-1]
+    denom = d if freq_dim is None else freq_dim
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / denom)
+    angles = positions.to(torch.float64)[:, None] * inv_freq  # (T, d/2)
+    if layout == "interleaved":
+        angles, turn = angles.repeat_interleave(2, dim=-1), _rotate_pairs
+    else:
+        angles, turn = torch.cat([angles, angles], dim=-1), _rotate_half
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return x * cos + direction * turn(x) * sin
+
+
+def _causal_hide(num_q, num_k, mask="ok"):
+    offset = 0 if mask == "top_left" else num_k - num_q  # the new queries are the last positions
+    return torch.triu(torch.ones(num_q, num_k, dtype=torch.bool), offset + 1)
+
+
+def _attend(q, k, v, scale, hide):
+    scores = (q @ k.transpose(-2, -1)) / scale
+    return torch.softmax(scores.masked_fill(hide, float("-inf")), dim=-1) @ v
+
+
+def _split(t, heads):
+    b, n, width = t.shape
+    return t.view(b, n, heads, width // heads).transpose(1, 2)  # (B, heads, n, hd)
+
+
+# ---------------------------------------------------------------------------------------------
+# the reference computations
+
+def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
+    """RoPE attention with a (keys, values) cache; returns (out, present)."""
+    nh, d_out, base = cfg["num_heads"], cfg["d_out"], cfg["rope_base"]
+    b, n, _ = x.shape
+    q, k, val = _split(_lin(p, "W_query", x), nh), _split(_lin(p, "W_key", x), nh), _split(_lin(p, "W_value", x), nh)
+    past_len = 0 if past is None else past[0].shape[2]
+    start = 0 if v.positions == "restart" else past_len
+    positions = torch.arange(start, start + n)
+    kw = dict(layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction)
+    rot = (lambda t, pos: _rope(t, pos, base, **kw)) if v.rope else (lambda t, pos: t)
+    q = rot(q, positions)
+    if v.rotate_v:
+        val = rot(val, positions)
+    if v.cache == "before":
+        k = rot(k, positions)
+        k_all = k if past is None else torch.cat([past[0], k], dim=2)
+        k_used = k_all
+    else:  # the cache is appended first, then all keys are rotated to 0 .. n_all - 1
+        k_all = k if past is None else torch.cat([past[0], k], dim=2)
+        k_used = rot(k_all, torch.arange(k_all.shape[2]))
+        if v.cache == "after_double":
+            k_all = k_used  # the rotated keys go back into the cache, to be rotated again next call
+    v_all = val if past is None else torch.cat([past[1], val], dim=2)
+    hide = _causal_hide(n, k_all.shape[2], v.mask)
+    ctx = _attend(q, k_used, v_all, math.sqrt(d_out // nh), hide)
+    out = _lin(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
+    return out, ((k_all, v_all) if use_cache else None)
+
+
+def online_forward(q, k, v, block_size, causal, var: OnlineVariant):
+    """The canonical tiled loop with the variant's mistakes; returns {out, lse}. q (B, h, Sq, d), k/v (B, h, Sk, d)."""
+    num_q, num_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if var.scale else 1.0
+    offset = num_k - num_q
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:-1], dtype=q.dtype)
+    for qs in range(0, num_q, block_size):
+        qe = min(qs + block_size, num_q)
+        q_blk = q[..., qs:qe, :]
+        m = torch.full(q_blk.shape[:-1], float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros_like(q_blk)
+        m_new = m
+        stop = num_k
+        if causal:
+            stop = min(num_k, offset + qe) if var.causal_skip == "ok" else min(num_k, offset + qs)
+        for ks in range(0, stop, block_size):
+            ke = min(ks + block_size, num_k)
+            s = (q_blk @ k[..., ks:ke, :].transpose(-2, -1)) * scale
+            if causal and var.diagonal_mask:
+                q_pos = torch.arange(offset + qs, offset + qe)[:, None]
+                s = s.masked_fill(torch.arange(ks, ke)[None, :] > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            if var.subtract_max:
+                p, alpha = torch.exp(s - m_safe[..., None]), torch.exp(m - m_safe)
+            else:
+                p, alpha = torch.exp(s), torch.ones_like(m)
+            l = (alpha * l if var.rescale_sum else l) + p.sum(dim=-1)
+            pv = p @ v[..., ks:ke, :]
+            if var.divide == "tile":
+                pv = pv / l[..., None]
+            acc = (alpha[..., None] * acc if var.rescale_out else acc) + pv
+            if var.divide == "running":
+                acc = acc / l[..., None]
+            if var.update_max:
+                m = m_new
+        if var.divide == "end":
+            if var.fully_masked == "zero":
+                out[..., qs:qe, :] = torch.where(l[..., None] > 0, acc / torch.where(l > 0, l, 1.0)[..., None], 0.0)
+            else:
+                out[..., qs:qe, :] = acc / l[..., None]
+        else:
+            out[..., qs:qe, :] = acc
+        lse_max = {"m": m, "m_new": m_new, "none": torch.zeros_like(m)}[var.lse_from]
+        if not var.subtract_max:
+            lse_max = torch.zeros_like(m)
+        lse[..., qs:qe] = lse_max + torch.log(l)
+    return {"out": out, "lse": lse}
+
+
+def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=False):
+    """MLA with a (c_kv, k_rope) cache, explicit or absorbed; returns (out, present)."""
+    nh, d_out, dc, r = cfg["num_heads"], cfg["d_out"], cfg["kv_latent_dim"], cfg["rope_dim"]
+    hd = d_out // nh
+    b, n, _ = x.shape
+    q = _lin(p, "W_query", x).view(b, n, nh, hd + r).transpose(1, 2)  # (B, nh, n, hd + r)
+    q_nope, q_rope = q[..., :hd], q[..., hd:]
+    c_kv, k_rope = _lin(p, "W_dkv", x), _lin(p, "W_kr", x)  # (B, n, dc), (B, n, r)
+    past_len = 0 if past is None else past[0].shape[2 if v.cache == "up_projected" else 1]
+    start = 0 if v.positions == "restart" else past_len
+    pos = torch.arange(start, start + n)
+    rot = (lambda t, ps: t) if v.rope_on == "none" else (lambda t, ps: _rope(t, ps, 10000.0))
+    q_rope, k_rope = rot(q_rope, pos), rot(k_rope, pos)
+    if v.rope_on == "latent":
+        c_kv = rot(c_kv, pos)
+    if v.rope_on == "nope":
+        q_nope = rot(q_nope, pos)
+        if v.cache == "up_projected":
+            raise ValueError("the up_projected and nope variants are not combined")
+    if v.cache == "up_projected":  # the MHA-style cache: per-head full keys [k_nope ; k_rope] and values
+        k_new = torch.cat([_split(_lin(p, "W_uk", c_kv), nh), k_rope[:, None].expand(b, nh, n, r)], dim=-1)
+        v_new = _split(_lin(p, "W_uv", c_kv), nh)
+        keys = k_new if past is None else torch.cat([past[0], k_new], dim=2)  # (B, nh, N, hd + r)
+        values = v_new if past is None else torch.cat([past[1], v_new], dim=2)  # (B, nh, N, hd)
+        present, num_keys = (keys, values), keys.shape[2]
+        scores = torch.cat([q_nope, q_rope], dim=-1) @ keys.transpose(-2, -1)
+    else:
+        c_all = c_kv if past is None else torch.cat([past[0], c_kv], dim=1)
+        kr_all = k_rope if past is None else torch.cat([past[1], k_rope], dim=1)
+        present = (c_kv, k_rope) if v.cache == "only_new" else (c_all, kr_all)
+        num_keys = c_all.shape[1]
+        rope_scores = q_rope @ kr_all[:, None].transpose(-2, -1)
+        w_uk = p["W_uk.weight"].view(nh, hd, dc)
+        if absorb and v.rope_on != "nope":
+            if v.absorb_uk == "transposed":
+                w_uk = p["W_uk.weight"].view(dc, nh, hd).permute(1, 2, 0)
+            scores = (q_nope @ w_uk) @ c_all[:, None].transpose(-2, -1) + rope_scores
+        else:
+            k_nope = _split(_lin(p, "W_uk", c_all), nh)
+            if v.rope_on == "nope":
+                k_nope = rot(k_nope, torch.arange(num_keys))
+            scores = q_nope @ k_nope.transpose(-2, -1) + rope_scores
+        values = _split(_lin(p, "W_uv", c_all), nh)
+    scale = math.sqrt(hd + r) if v.scale == "head_dim+rope" else math.sqrt(hd)
+    scores = (scores / scale).masked_fill(_causal_hide(n, num_keys, v.mask), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if absorb and v.cache != "up_projected" and v.rope_on != "nope":
+        w_uv = p["W_uv.weight"].view(nh, hd, dc)
+        if v.absorb_uv == "transposed":
+            w_uv = p["W_uv.weight"].view(dc, nh, hd).permute(1, 2, 0)
+        ctx = (weights @ c_all[:, None]) @ w_uv.transpose(-2, -1)  # (B, nh, n, dc) -> (B, nh, n, hd)
+    else:
+        ctx = weights @ values
+    out = _lin(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
+    return out, (present if use_cache else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# cases
+
+def _params(shapes, g, scale=1.5):
+    params = {}
+    for name, shape in shapes.items():
+        fan_in = shape[-1] if len(shape) == 2 else 1
+        params[name] = torch.randn(shape, generator=g) * (scale / math.sqrt(fan_in) if len(shape) == 2 else 0.2)
+    return params
+
+
+def param_shapes(exercise, cfg) -> dict:
+    """name -> shape of every parameter the contract needs (nn.Linear weights are (out, in))."""
+    d_in, d_out = cfg["d_in"], cfg["d_out"]
+    if exercise == "rope":
+        shapes = {"W_query.weight": (d_out, d_in), "W_key.weight": (d_out, d_in), "W_value.weight": (d_out, d_in)}
+        if cfg.get("qkv_bias"):
+            shapes.update({"W_query.bias": (d_out,), "W_key.bias": (d_out,), "W_value.bias": (d_out,)})
+        shapes.update({"out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)})
+        return shapes
+    if exercise == "mla":
+        nh, dc, r = cfg["num_heads"], cfg["kv_latent_dim"], cfg["rope_dim"]
+        return {"W_query.weight": (nh * (d_out // nh + r), d_in), "W_dkv.weight": (dc, d_in),
+                "W_kr.weight": (r, d_in), "W_uk.weight": (d_out, dc), "W_uv.weight": (d_out, dc),
+                "out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)}
+    raise ValueError(f"{exercise} has no parameters")
+
+
+def _seed(g) -> int:
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
+
+
+def _module_case(exercise, name, g, x_shape, steps, **ctor):
+    """Calls over one sequence: (start, end, use_cache, pass_past[, absorb]) per step."""
+    from .specs import Call, Case
+    params = _params(param_shapes(exercise, ctor), g)
+    x = torch.randn(x_shape, generator=g)
+    calls, last = [], None
+    for i, step in enumerate(steps):
+        start, end, use_cache, pass_past = step[:4]
+        kwargs = {"absorb": step[4]} if exercise == "mla" else {}
+        calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache,
+                          kwargs=kwargs))
+        if use_cache:
+            last = i
+    present = ("keys", "values") if exercise == "rope" else ("c_kv", "k_rope")
+    return Case(name, ctor, params, calls, kind="cache", meta={"x_full": x, "present_names": present})
+
+
+def _function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True):
+    from .specs import Call, Case
+    q = torch.randn(shape_q, generator=g) * scale
+    k = torch.randn(shape_k, generator=g) * scale
+    v = torch.randn(shape_k, generator=g)
+    b, h, n_q, d = shape_q
+    n_k = shape_k[-2]
+    # a tile-sized computation never builds a float tensor larger than the inputs/outputs or a (rows, block) tile
+    bound = b * h * max(n_q * max(block_size, d), n_k * d)
+    tile_bound = bound if check_tiles and b * h * n_q * n_k > bound else None
+    call = Call(q, seed=_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound)
+    return Case(name, {"block_size": block_size, "causal": causal}, {}, [call], kind="function",
+                meta={"tile_bound": tile_bound})
+
+
+def make_cases(exercise, g):
+    """The exercise's cases, drawn from the generator ``g`` (seeded by the grader's secret seed)."""
+    if exercise == "rope":
+        return [
+            _module_case(exercise, "3 heads of 4, d_in=4 < d_out=12, base 10000: chunks of 3, 2, 1 tokens with the "
+                         "cache, then the whole sequence without", g, (2, 7, 4),
+                         [(0, 3, True, False), (3, 5, True, True), (5, 6, True, True), (0, 7, False, False)],
+                         d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3, qkv_bias=False,
+                         rope_base=10000.0),
+            _module_case(exercise, "2 heads of 4, d_in=10 > d_out=8, qkv_bias, base 100: a prompt of 2, then one "
+                         "token at a time", g, (3, 5, 10),
+                         [(0, 2, True, False), (2, 3, True, True), (3, 4, True, True), (4, 5, True, True)],
+                         d_in=10, d_out=8, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True,
+                         rope_base=100.0),
+            _module_case(exercise, "4 heads of 6, d_in=6, d_out=24, base 500000: a prompt of 4, then a chunk of 3",
+                         g, (2, 7, 6), [(0, 4, True, False), (4, 7, True, True)],
+                         d_in=6, d_out=24, context_length=9, dropout=0.1, num_heads=4, qkv_bias=False,
+                         rope_base=500000.0),
+        ]
+    if exercise == "online_softmax":
+        return [
+            _function_case("not causal, 5 queries x 11 keys, 2 heads, batch 2, block 4 (does not divide 11)", g,
+                           (2, 2, 5, 8), (2, 2, 11, 8), 4, False),
+            _function_case("causal, 13 tokens, 3 heads, batch 2, block 4", g, (2, 3, 13, 8), (2, 3, 13, 8), 4, True),
+            _function_case("causal, 24 tokens, 2 heads, block 5, scores in the hundreds (exp overflows without the "
+                           "running max)", g, (1, 2, 24, 8), (1, 2, 24, 8), 5, True, scale=10.0),
+            _function_case("not causal, 16 queries x 16 keys, one block of 32", g, (1, 2, 16, 4), (1, 2, 16, 4), 32,
+                           False, check_tiles=False),
+        ]
+    if exercise == "mla":
+        return [
+            _module_case(exercise, "2 heads of 4, d_in=6, latent 6, rope_dim 2: a chunk of 3 explicit, then 2 and 1 "
+                         "absorbed, then all 6 without the cache", g, (2, 6, 6),
+                         [(0, 3, True, False, False), (3, 5, True, True, True), (5, 6, True, True, True),
+                          (0, 6, False, False, False)],
+                         d_in=6, d_out=8, context_length=8, dropout=0.5, num_heads=2, kv_latent_dim=6, rope_dim=2),
+            _module_case(exercise, "3 heads of 2, d_in=10 > d_out=6, latent 4, rope_dim 4: a prompt of 2 absorbed, "
+                         "then one token at a time, explicit then absorbed", g, (3, 4, 10),
+                         [(0, 2, True, False, True), (2, 3, True, True, False), (3, 4, True, True, True)],
+                         d_in=10, d_out=6, context_length=5, dropout=0.0, num_heads=3, kv_latent_dim=4, rope_dim=4),
+            _module_case(exercise, "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache", g,
+                         (2, 5, 8), [(0, 5, False, False, True)],
+                         d_in=8, d_out=16, context_length=7, dropout=0.1, num_heads=4, kv_latent_dim=10, rope_dim=2),
+        ]
+    raise ValueError(f"unknown exercise {exercise!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# expected outputs (the reference and each variant run the way the learner's code is run)
+
+def expected_outputs(exercise, case, v=None):
+    """{name: tensor or None}, named as the harness names the learner's outputs (step1.out, step1.lse, ...)."""
+    if not isinstance(v, (RopeVariant, OnlineVariant, MlaVariant)):  # specs' default Variant(): the correct one
+        v = correct_variant(exercise)
+    with torch.no_grad():
+        if exercise == "online_softmax":
+            q, k, val, block_size, causal = case.calls[0].args
+            found = online_forward(q, k, val, block_size, causal, v)
+            outs = {"step1.out": found["out"], "step1.lse": found["lse"]}
+            if case.meta.get("tile_bound") is not None:
+                outs["step1.tiled"] = torch.tensor(0.0 if v.materialise else 1.0)
+            return outs
+        outs, presents = {}, {}
+        names = case.meta["present_names"]
+        for i, call in enumerate(case.calls):
+            case.meta["step"] = i + 1
+            tag = f"step{i + 1}"
+            given = presents[call.past] if isinstance(call.past, int) else None
+            if exercise == "rope":
+                out, present = rope_forward(case.params, call.x, case.ctor, v, given, call.use_cache)
+            else:
+                out, present = mla_forward(case.params, call.x, case.ctor, v, given, call.use_cache,
+                                           absorb=call.kwargs["absorb"])
+            outs[tag + ".out"] = out
+            outs[f"{tag}.{names[0]}"], outs[f"{tag}.{names[1]}"] = (None, None) if present is None else present
+            presents[i] = present
+        return outs
+
+
+# ---------------------------------------------------------------------------------------------
+# the misconception catalogue (learner-facing messages)
+
+M_ROPE_V = ("rope_on_values", "values rotated too: RoPE turns only the queries and the keys (positions belong in "
+            "the scores); leave V as it is")
+M_ROPE_RESTART = ("rope_positions_restart", "positions restart at 0 after the cache: the new tokens sit at positions "
+                  "n_past, n_past + 1, ... with n_past = past_key_value[0].shape[2] (the same offset as the mask's rows)")
+M_ROPE_PAIRS = ("rope_interleaved_pairs", "features paired as (2i, 2i + 1), the interleaved (GPT-J) layout: the "
+                "contract's rotate-half layout pairs feature i with i + head_dim / 2, x * cos + rotate_half(x) * sin "
+                "with rotate_half(x) = cat(-x2, x1) and cos/sin = cat(freqs, freqs)")
+M_ROPE_D_MODEL = ("rope_freq_d_model", "RoPE frequencies computed from d_out (d_model) instead of head_dim: "
+                  "theta_i = base ** (-2i / head_dim), since RoPE rotates each head's features")
+M_ROPE_AFTER = ("rope_after_cache", "RoPE applied after the cache: rotate the new keys at their positions BEFORE "
+                "appending them; present holds rotated keys, and cached keys are never rotated again")
+M_ROPE_MISSING = ("rope_missing", "no rotation: apply RoPE to the queries and keys")
+M_ROPE_DIRECTION = ("rope_wrong_direction", "rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation "
+                    "is x * cos + rotate_half(x) * sin")
+
+M_MAX_STALE = ("max_not_updated", "the running maximum is never updated (m = m_new is missing): each new tile "
+               "rescales everything before it by exp(-inf) = 0, so only the last tile counts")
+M_NO_MAX = ("no_running_max", "exp of the raw scores: without subtracting the running maximum exp overflows to inf "
+            "(scores in the hundreds give NaN); use p = exp(s - m_new)")
+M_OUT_NOT_RESCALED = ("output_not_rescaled", "the partial output is not rescaled when the maximum grows: "
+                      "acc = exp(m - m_new) * acc + p @ v")
+M_SUM_NOT_RESCALED = ("sum_not_rescaled", "the running sum is not rescaled when the maximum grows: "
+                      "l = exp(m - m_new) * l + p.sum(-1)")
+M_DIVIDE_EARLY = ("divided_too_early", "divided by the sum inside the loop: keep acc unnormalised and divide by l "
+                  "once, after the last tile")
+M_SKIP_DIAGONAL = ("causal_blocks_skipped_wrongly", "causal tiles skipped wrongly: the tile on the diagonal must be "
+                   "computed (with its mask); skip only key tiles that start after the block's last query")
+M_DIAGONAL_UNMASKED = ("causal_tile_not_masked", "the diagonal tile is computed without the causal mask: inside a "
+                       "tile crossing the diagonal, hide key j from query i when j > i")
+M_LSE = ("lse_without_max", "the log-sum-exp lacks the maximum: lse = m + log(l)")
+M_NO_SCALE_OS = ("no_scale", "scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)")
+M_MATERIALISED = ("scores_materialised", "the outputs are right, but the full (n_q, n_k) score matrix is built: "
+                  "compute one (block, block) tile of scores at a time")
+
+M_MLA_UP = ("mla_cache_up_projected", "the cache holds up-projected per-head keys/values: MLA caches only the latent "
+            "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)")
+M_MLA_ROPE_LATENT = ("mla_rope_on_compressed_key", "RoPE applied to the compressed latent c_kv: rotate only the "
+                     "decoupled q_rope and k_rope; c_kv stays position-free so that W_uk can be absorbed")
+M_MLA_ROPE_NOPE = ("mla_rope_on_nope", "RoPE applied to the up-projected (nope) queries/keys: only the rope_dim parts "
+                   "rotate")
+M_MLA_TRANSPOSE = ("mla_absorb_wrong_transpose", "absorbed with the wrong transpose: nn.Linear stores W_uk and W_uv as "
+                   "(out = num_heads * head_dim, in = kv_latent_dim), so head h's block is "
+                   "weight.view(num_heads, head_dim, kv_latent_dim)[h], and the absorbed query is q_h @ W_uk_h")
+M_MLA_SCALE = ("mla_scale_without_rope", "scores scaled by 1/sqrt(head_dim): a head's query and key have "
+               "head_dim + rope_dim features, scale by 1/sqrt(head_dim + rope_dim)")
+M_MLA_NO_ROPE = ("rope_missing", "no rotation: apply RoPE to q_rope and k_rope")
+M_ONLY_NEW = ("cache_only_new", "present holds only the new tokens: return the concatenated past + new c_kv and k_rope")
+M_TOP_LEFT = ("mask_top_left", "causal mask aligned to the start of the cache: the new queries are the LAST "
+              "positions; hide key j from new query i when j > n_past + i")
+
+
+def _m(pair, variant):
+    from .specs import Mutant
+    return Mutant(pair[0], pair[1], variant)
+
+
+def mutants(exercise):
+    """Known-wrong variants, most specific first."""
+    if exercise == "rope":
+        ok = RopeVariant()
+        return [_m(M_ROPE_V, replace(ok, rotate_v=True)), _m(M_ROPE_RESTART, replace(ok, positions="restart")),
+                _m(M_ROPE_PAIRS, replace(ok, layout="interleaved")), _m(M_ROPE_D_MODEL, replace(ok, freq_dim="d_out")),
+                _m(M_ROPE_AFTER, replace(ok, cache="after_double")), _m(M_ROPE_AFTER, replace(ok, cache="after_raw")),
+                _m(M_ROPE_MISSING, replace(ok, rope=False)), _m(M_ROPE_DIRECTION, replace(ok, direction=-1)),
+                _m(M_TOP_LEFT, replace(ok, mask="top_left"))]
+    if exercise == "online_softmax":
+        ok = OnlineVariant()
+        return [_m(M_MATERIALISED, replace(ok, materialise=True)),
+                _m(M_MAX_STALE, replace(ok, update_max=False)), _m(M_MAX_STALE, replace(ok, update_max=False,
+                                                                                         lse_from="m_new")),
+                _m(M_NO_MAX, replace(ok, subtract_max=False)),
+                _m(M_OUT_NOT_RESCALED, replace(ok, rescale_out=False)),
+                _m(M_SUM_NOT_RESCALED, replace(ok, rescale_sum=False)),
+                _m(M_DIVIDE_EARLY, replace(ok, divide="tile")), _m(M_DIVIDE_EARLY, replace(ok, divide="running")),
+                _m(M_SKIP_DIAGONAL, replace(ok, causal_skip="diagonal")),
+                _m(M_SKIP_DIAGONAL, replace(ok, causal_skip="diagonal", fully_masked="zero")),
+                _m(M_DIAGONAL_UNMASKED, replace(ok, diagonal_mask=False)),
+                _m(M_LSE, replace(ok, lse_from="none")), _m(M_NO_SCALE_OS, replace(ok, scale=False))]
+    if exercise == "mla":
+        ok = MlaVariant()
+        return [_m(M_MLA_UP, replace(ok, cache="up_projected")),
+                _m(M_MLA_ROPE_LATENT, replace(ok, rope_on="latent")), _m(M_MLA_ROPE_NOPE, replace(ok, rope_on="nope")),
+                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed")),
+                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uv="transposed")),
+                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed", absorb_uv="transposed")),
+                _m(M_MLA_SCALE, replace(ok, scale="head_dim")), _m(M_MLA_NO_ROPE, replace(ok, rope_on="none")),
+                _m(M_ROPE_RESTART, replace(ok, positions="restart")), _m(M_ONLY_NEW, replace(ok, cache="only_new")),
+                _m(M_TOP_LEFT, replace(ok, mask="top_left"))]
+    raise ValueError(f"unknown exercise {exercise!r}")

@@ -1,0 +1,197 @@
+"""The grader on exercises 08-10 (rope, online_softmax, mla): the reference and alternative correct implementations
+pass, stubs say "not implemented", every misconception gets its own named diagnosis, the grader's reference computes
+what course_utils computes, and a submission delegating to course_utils gets no credit."""
+import linecache
+
+import pytest
+import torch
+
+import course_utils as cu
+from course_utils.grade import check, grade_class, specs, specs_beyond
+from course_utils.grade.diagnose import compare, verdict
+from course_utils.grade.protocol import Graded, run_in_process
+from tests.grader_cases.beyond import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FUNCTION
+from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT, mutate
+
+BEYOND = specs_beyond.EXERCISES
+
+
+def load(src, name):
+    ns = {"__name__": "learner"}
+    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
+    exec(compile(src, "<learner>", "exec"), ns)
+    return ns[name]
+
+
+def grade(exercise, src):
+    return grade_class(exercise, load(src, specs.CONTRACT_CLASS[exercise]))
+
+
+def test_registered_in_specs():
+    assert set(BEYOND) <= set(specs.EXERCISES) and specs.FUNCTION_EXERCISES == {"online_softmax"}
+    for ex in BEYOND:
+        assert specs.CONTRACT_CLASS[ex] == specs_beyond.CONTRACT_CLASS[ex]
+        assert specs.make_cases(ex) and specs.correct_variant(ex) == specs_beyond.correct_variant(ex)
+
+
+@pytest.mark.parametrize("exercise", BEYOND)
+def test_reference_solution_passes(exercise):
+    result = grade(exercise, REFERENCE[exercise])
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("exercise,alt", [(ex, alt) for ex in BEYOND for alt in ALTERNATIVES[ex]])
+def test_alternative_correct_implementations_pass(exercise, alt):
+    assert len(ALTERNATIVES[exercise]) >= 2
+    result = grade(exercise, ALTERNATIVES[exercise][alt])
+    assert result, result.report()
+
+
+@pytest.mark.parametrize("exercise", BEYOND)
+@pytest.mark.parametrize("stub", ["forward", "init"])
+def test_stub_is_not_implemented(exercise, stub):
+    if exercise in specs.FUNCTION_EXERCISES:
+        src = STUB_FUNCTION
+    else:
+        src = (STUB_FORWARD if stub == "forward" else STUB_INIT).format(name=specs.CONTRACT_CLASS[exercise])
+    result = grade(exercise, src)
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+
+def _mutant_source(exercise, edits):
+    return edits if isinstance(edits, str) else mutate(REFERENCE[exercise], edits)
+
+
+@pytest.mark.parametrize("exercise,key,edits",
+                         [(ex, key, edits) for ex in BEYOND for key, edits in MUTANTS[ex]],
+                         ids=[f"{ex}-{key}-{i}" for ex in BEYOND for i, (key, _) in enumerate(MUTANTS[ex])])
+def test_mutant_gets_its_diagnosis(exercise, key, edits):
+    result = grade(exercise, _mutant_source(exercise, edits))
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in specs.mutants(exercise) if m.key == key)
+
+
+def test_catalogue_sizes():
+    for ex in BEYOND:
+        assert len({k for k, _ in MUTANTS[ex]}) >= 4, ex  # learner-style mutants, each a different mistake
+        assert len({m.key for m in specs.mutants(ex)}) >= 5, ex
+    # the mistakes the issue asks for are all named
+    keys = {ex: {m.key for m in specs.mutants(ex)} for ex in BEYOND}
+    assert {"rope_on_values", "rope_positions_restart", "rope_interleaved_pairs", "rope_freq_d_model",
+            "rope_after_cache"} <= keys["rope"]
+    assert {"max_not_updated", "output_not_rescaled", "sum_not_rescaled", "causal_blocks_skipped_wrongly",
+            "divided_too_early"} <= keys["online_softmax"]
+    assert {"mla_cache_up_projected", "mla_rope_on_compressed_key", "mla_absorb_wrong_transpose"} <= keys["mla"]
+
+
+@pytest.mark.parametrize("exercise", BEYOND)
+def test_mutants_are_distinguishable(exercise):
+    """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
+    cases = specs.make_cases(exercise)
+
+    def outs(v):
+        return [specs.cached_outputs(exercise, c, v) for c in cases]
+
+    def same(a, b):
+        for x, y in zip(a, b):
+            if isinstance(x, Exception) or isinstance(y, Exception):
+                if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
+                    return False
+            elif compare(x, y) is not None:
+                return False
+        return True
+
+    ref = outs(specs.correct_variant(exercise))
+    assert not any(isinstance(r, Exception) for r in ref)
+    found = specs.mutants(exercise)
+    for i, m in enumerate(found):
+        assert not same(outs(m.variant), ref), m
+        for earlier in found[:i]:
+            assert earlier.key == m.key or not same(outs(m.variant), outs(earlier.variant)), (earlier.key, m.key)
+
+
+# ---------------------------------------------------------------- the grader's reference vs course_utils
+
+def test_rope_reference_equals_course_utils():
+    for case in specs.make_cases("rope"):
+        c = case.ctor
+        m = cu.GroupedQueryAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
+                                     c["num_heads"], c["qkv_bias"], rope=True, rope_base=c["rope_base"]).eval()
+        m.load_state_dict(case.params, strict=False)  # parameters only; the mask buffer is the module's own
+        expected = specs.expected_outputs("rope", case)
+        cache = m.make_cache(case.x.shape[0])
+        with torch.no_grad():
+            for i, call in enumerate(case.calls):
+                if not call.use_cache:
+                    torch.testing.assert_close(m(call.x), expected[f"step{i + 1}.out"])
+                    continue
+                torch.testing.assert_close(m(call.x, cache=cache), expected[f"step{i + 1}.out"])
+                torch.testing.assert_close(cache.keys, expected[f"step{i + 1}.keys"])
+                torch.testing.assert_close(cache.values, expected[f"step{i + 1}.values"])
+
+
+def test_online_softmax_reference_equals_course_utils():
+    for case in specs.make_cases("online_softmax"):
+        q, k, v, block_size, causal = case.calls[0].args
+        out, lse = cu.online_softmax_attention(q, k, v, block_size=block_size, causal=causal)
+        expected = specs.expected_outputs("online_softmax", case)
+        torch.testing.assert_close(expected["step1.out"], out, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(expected["step1.lse"], lse, rtol=1e-4, atol=1e-5)
+        assert expected.get("step1.tiled", torch.tensor(1.0)) == 1.0
+
+
+def test_mla_reference_equals_course_utils():
+    for case in specs.make_cases("mla"):
+        c = case.ctor
+        m = cu.MultiHeadLatentAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
+                                        c["kv_latent_dim"], c["rope_dim"]).eval()
+        m.load_state_dict(case.params, strict=False)
+        expected = specs.expected_outputs("mla", case)
+        cache = m.make_cache(case.x.shape[0])
+        with torch.no_grad():
+            for i, call in enumerate(case.calls):
+                got = m(call.x, cache=cache if call.use_cache else None, absorb=call.kwargs["absorb"])
+                torch.testing.assert_close(got, expected[f"step{i + 1}.out"])
+                if call.use_cache:
+                    torch.testing.assert_close(cache.c_kv, expected[f"step{i + 1}.c_kv"])
+                    torch.testing.assert_close(cache.k_rope, expected[f"step{i + 1}.k_rope"])
+
+
+def test_course_utils_used_as_a_submission_gets_no_credit():
+    refused = grade_class("online_softmax", cu.online_softmax_attention)
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+    refused = grade_class("mla", cu.MultiHeadLatentAttention)
+    assert not refused and refused.diagnosis == "delegates"
+    src = REFERENCE["rope"].replace("return x * angles.cos() + turned * angles.sin()",
+                                    "import course_utils\n        return course_utils.rope(x, positions, self.rope_base)")
+    refused = grade("rope", src)
+    assert not refused and refused.diagnosis == "delegates" and "course_utils.rotary.rope" in refused.report()
+
+
+def test_a_missing_tile_check_is_named_not_a_crash():
+    """A submission that materialises the scores and is otherwise right: the scores_materialised diagnosis,
+    with 'tiled' checked only on cases large enough to tell."""
+    cases = specs.make_cases("online_softmax")
+    assert [c.meta["tile_bound"] is not None for c in cases] == [False, True, True, False]
+    result = grade("online_softmax", mutate(REFERENCE["online_softmax"], dict(MUTANTS["online_softmax"])["scores_materialised"]))
+    assert result.diagnosis == "scores_materialised" and result.checks_passed == 3  # 2 of 4 cases + determinism
+
+
+def test_check_prints_for_a_function_and_a_class(capsys):
+    good = check("online_softmax", load(REFERENCE["online_softmax"], "online_softmax_attention"))
+    missing = check("online_softmax", None)
+    out = capsys.readouterr().out
+    assert good and not missing
+    assert "✅ online_softmax: all 5 checks passed" in out
+    assert "not implemented yet: define function online_softmax_attention" in out
+    assert not check("mla", None, quiet=True)
+
+
+def test_records_carry_the_exercise_outputs():
+    graded = Graded("mla")
+    records = run_in_process(load(REFERENCE["mla"], "MultiHeadLatentAttention"), graded)
+    first = records[0]["outputs"]
+    assert set(first) == {f"step{i}.{part}" for i in range(1, 5) for part in ("out", "c_kv", "k_rope")} | {"repeat.out"}
+    assert first["step3.c_kv"].shape == (2, 6, 6) and first["step4.c_kv"] is None
+    assert verdict("mla", records, graded.cases)
