@@ -47,14 +47,14 @@ class Result:
         return asdict(self)
 
 
-def _close(a, b, lenient_nan=False) -> bool:
+def _close(a, b, lenient_nan=False, tol=(RTOL, ATOL)) -> bool:
     if a.shape != b.shape:
         return False
     a, b = a.double(), b.double()
     if lenient_nan:  # a fully masked row is NaN in one formulation's backward and 0 in another's
         both = ~(torch.isnan(a) | torch.isnan(b))
         a, b = a[both], b[both]
-    return torch.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)
+    return torch.allclose(a, b, rtol=tol[0], atol=tol[1], equal_nan=True)
 
 
 def _shape(t):
@@ -76,7 +76,7 @@ def _label(name: str, single: bool) -> str:
 
 
 def compare(learner: dict, expected: dict, single: bool = True, only_out: bool = False,
-            lenient_nan: bool = False) -> str | None:
+            lenient_nan: bool = False, tol=(RTOL, ATOL)) -> str | None:
     """None when the learner's outputs match, else a one-line reason."""
     for name, exp in expected.items():
         if only_out and not name.endswith(".out"):
@@ -96,7 +96,7 @@ def compare(learner: dict, expected: dict, single: bool = True, only_out: bool =
         if got.shape != exp.shape:
             extra = " ([b, num_heads, n_past + n_new, head_dim])" if name.endswith(("keys", "values")) else ""
             return f"{label} has shape {_shape(got)} but the contract needs {_shape(exp)}{extra}"
-        if not _close(got, exp, lenient_nan and ".grad." in name):
+        if not _close(got, exp, lenient_nan and ".grad." in name, tol):
             if torch.isnan(got).any() and not torch.isnan(exp).any():
                 return f"{label} contains NaN"
             diff = (got.double() - exp.double()).abs().nan_to_num(float("inf")).max().item()
@@ -118,7 +118,8 @@ def _matches(exercise, cases, records, mutant) -> bool:
             continue
         if rec["error"] is not None:
             return False
-        if compare(rec["outputs"], exp, only_out=mutant.outputs_only, lenient_nan=True) is not None:
+        if compare(rec["outputs"], exp, only_out=mutant.outputs_only, lenient_nan=True,
+                   tol=case.meta.get("tol", (RTOL, ATOL))) is not None:
             return False
     return True
 
@@ -237,7 +238,8 @@ def _verdict(exercise, records, cases, refusals):
         if rec["error"] is not None:
             reasons.append((case.name, _error_line(rec["error"])))
             continue
-        why = compare(rec["outputs"], specs.cached_outputs(exercise, case, specs.correct_variant(exercise)), single)
+        why = compare(rec["outputs"], specs.cached_outputs(exercise, case, specs.correct_variant(exercise)), single,
+                      tol=case.meta.get("tol", (RTOL, ATOL)))
         if why is None and case.kind == "train":
             dropout = dropout_problem(case, rec["outputs"])
             why = dropout[1] if dropout else None

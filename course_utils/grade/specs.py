@@ -328,8 +328,10 @@ def _case(exercise, name, g, x_shape, steps=None, large=False, **ctor):
             calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache))
             if use_cache:
                 last = i
-    return Case(name, ctor, params, calls, kind="large" if large else "cache" if steps else "plain",
-                meta={"x_full": x})
+    # float32 scores in the hundreds carry rounding errors of ~1e-5 that fused kernels and matmul orders
+    # place differently: the large case compares with a looser tolerance (mistakes differ by far more)
+    meta = {"x_full": x, **({"tol": (2e-3, 2e-4)} if large else {})}
+    return Case(name, ctor, params, calls, kind="large" if large else "cache" if steps else "plain", meta=meta)
 
 
 def _grad_case(exercise, name, g, x_shape, **ctor):
