@@ -1,5 +1,5 @@
-"""course_utils as a submission sees it while it is graded: the book's data, the device helpers and the
-KV-cache size formula, and a check() that only records which class to grade. The reference implementations
+"""course_utils as a submission sees it while it is graded: the book's data, the device helpers, the
+KV-cache size formula, the figures (``course_utils.viz``), and a check() that only records which class to grade. The reference implementations
 and the grader are not here."""
 from . import grade
 from .data import BOOK_TOKENS, book_batch, book_inputs
