@@ -10,7 +10,7 @@ scores from the gradebook. nbgrader commands are slow to start, so only alice go
 * bob hands in two notebooks untouched (a stub inside a class, and interview mode's empty cell): zero;
 * carol's multi-head attention scales the scores by √d_out: partial credit, the share of checks passed, and
   the grader's diagnosis in her autograded notebook and her feedback;
-* dora's is right but warns on stderr (torch.tensor on a tensor): full points, as `make grade` gives.
+* dora's is right but warns on stderr (her own debugging warning): full points, as `make grade` gives.
 
 The learners' copies nbgrader generates must be the repository's exercises/, cell for cell.
 Runs only with RUN_NBGRADER_TESTS=1; skipped, saying why, where nbgrader is not installed (an error in CI).
@@ -109,7 +109,8 @@ def _mistake_class():
 
 
 CAROL = ("attn_scores / self.head_dim ** 0.5", "attn_scores / self.d_out ** 0.5")
-DORA = ("return self.out_proj(context)", "return self.out_proj(torch.tensor(context))")
+DORA = ("return self.out_proj(context)",
+        "return __import__('warnings').warn('debugging: context computed') or self.out_proj(context)")
 
 
 class _Clock:
