@@ -10,12 +10,13 @@ import sys
 
 from . import runner
 from .specs import EXERCISES
+from .specs_capstone import EXERCISES as FUNCTION_EXERCISES  # capstone hook
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.grade", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", help="a .py file or an exercise notebook (.ipynb)")
-    parser.add_argument("--exercise", choices=EXERCISES, help="grade only this exercise")
+    parser.add_argument("--exercise", choices=EXERCISES + FUNCTION_EXERCISES, help="grade only this exercise")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--batch", metavar="DIR", help="grade every submission in DIR")
     parser.add_argument("--out", default="grades", help="where --batch writes grades.csv and feedback/")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .runner import grade_file
 from .specs import EXERCISES
+from .specs_capstone import EXERCISES as FUNCTION_EXERCISES  # capstone hook
 
 
 def feedback_markdown(name: str, report) -> str:
@@ -36,7 +37,8 @@ def grade_folder(submissions, out="grades", workers=None, **limits) -> list:
         reports = list(pool.map(lambda p: grade_file(p, **limits), files))
     graded = [(p.name, rep) for p, rep in zip(files, reports)]
 
-    columns = [ex for ex in EXERCISES if any(r.exercise == ex for _, rep in graded for r in rep.results)]
+    columns = [ex for ex in EXERCISES + FUNCTION_EXERCISES
+               if any(r.exercise == ex for _, rep in graded for r in rep.results)]
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
