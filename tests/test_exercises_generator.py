@@ -12,7 +12,8 @@ from course_utils import exercises as gen
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
 # the exercise ids of the shared contract, each checked by exactly one notebook
-EXERCISE_IDS = {"self_attention", "causal", "wrapper", "mha", "mha_interview", "kv_cache", "gqa"}
+EXERCISE_IDS = {"self_attention", "causal", "wrapper", "mha", "mha_interview", "kv_cache", "gqa",
+                "induction_head"}  # induction_head: the capstone's function exercise (grade.specs_capstone)
 CHECK_CALL = re.compile(r'check\("(\w+)",')
 
 
