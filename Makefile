@@ -16,13 +16,14 @@ NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
 
-.PHONY: setup lab test test-fast bench exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
+.PHONY: setup lab test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the environment"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
+	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
@@ -51,6 +52,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+train: $(STAMP)
+	@# one thread: seeded training then rebuilds the committed checkpoints exactly
+	OMP_NUM_THREADS=1 $(PY) -m course_utils.induction
 
 exercises: $(STAMP)
 	$(PY) -m course_utils.exercises solutions exercises

@@ -13,7 +13,7 @@ from .attention import (
 )
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
-from .interop import copy_parameters, to_nn_multihead, wrapper_to_mha
+from .interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
 from .memory import TensorMemoryTracker, peak_tensor_bytes
 from .mla import LatentKVCache, MultiHeadLatentAttention, mla_cache_bytes
@@ -48,11 +48,12 @@ __all__ = [
     "MultiHeadAttention", "MultiHeadAttentionWrapper", "PreallocatedKVCache", "SelfAttention_v1",
     "SelfAttention_v2", "allow_to_hide", "attend", "book_batch", "book_inputs", "causal_allow_mask",
     "causal_hide_mask", "copy_parameters", "expand_allow_mask", "get_device", "hide_to_allow", "kv_cache_bytes",
-    "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
+    "mha_to_gqa", "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
     "to_nn_multihead", "wrapper_to_mha",
     # positions, tiles and latents (notebooks 08-10)
     "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
 ]
-# course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
+# course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here; so are
+# course_utils.gpt (the capstone's model) and course_utils.induction (its task and training).

@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._checks import check_divisible
 from .attention import MultiHeadAttentionWrapper
-from .multihead import MultiHeadAttention
+from .multihead import GroupedQueryAttention, MultiHeadAttention
 
 
 def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
@@ -86,3 +87,32 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> nn.Module:
         for name, p in src_params.items():
             dst_params[name].copy_(p)
     return dst
+
+
+def mha_to_gqa(attn: GroupedQueryAttention, num_kv_groups: int) -> GroupedQueryAttention:
+    """A ``GroupedQueryAttention`` with ``num_kv_groups`` K/V heads, each the mean of the K/V heads it replaces
+    (Ainslie et al. 2023's mean-pooling; notebook 06 derives it). Queries and ``out_proj`` are copied unchanged.
+
+    ``attn`` may be MHA or GQA with a multiple of ``num_kv_groups`` K/V heads; query head ``h`` keeps reading
+    the group that contains its old K/V head (``repeat_interleave`` convention), so ``num_kv_groups`` equal to
+    ``attn.num_kv_groups`` reproduces ``attn`` exactly.
+    """
+    old = attn.num_kv_groups
+    check_divisible(old, num_kv_groups, f"the K/V heads ({old}) and num_kv_groups ({num_kv_groups})")
+    check_divisible(attn.num_heads, num_kv_groups, f"num_heads ({attn.num_heads}) and num_kv_groups ({num_kv_groups})")
+    w = attn.W_query.weight
+    gqa = GroupedQueryAttention(attn.d_in, attn.d_out, attn.context_length, attn.dropout.p, attn.num_heads,
+                                num_kv_groups, qkv_bias=attn.W_key.bias is not None, causal=attn.causal,
+                                d_context=attn.d_context, use_sdpa=attn.use_sdpa).to(device=w.device, dtype=w.dtype)
+    pool, hd = old // num_kv_groups, attn.head_dim
+    with torch.no_grad():
+        for name in ("W_query", "out_proj"):
+            getattr(gqa, name).load_state_dict(getattr(attn, name).state_dict())
+        for name in ("W_key", "W_value"):
+            src, dst = getattr(attn, name), getattr(gqa, name)
+            # rows are heads: (old*hd, d) -> (new, pool, hd, d), averaged over the `pool` heads of each group
+            dst.weight.copy_(src.weight.view(num_kv_groups, pool, hd, -1).mean(dim=1).reshape(num_kv_groups * hd, -1))
+            if src.bias is not None:
+                dst.bias.copy_(src.bias.view(num_kv_groups, pool, hd).mean(dim=1).reshape(-1))
+    gqa.train(attn.training)
+    return gqa

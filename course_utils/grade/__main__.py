@@ -12,12 +12,13 @@ import sys
 from . import runner
 from .sandbox import jail
 from .specs import EXERCISES
+from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.grade", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", help="a .py file or an exercise notebook (.ipynb)")
-    parser.add_argument("--exercise", choices=EXERCISES, help="grade only this exercise")
+    parser.add_argument("--exercise", choices=EXERCISES + MODEL_EXERCISES, help="grade only this exercise")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--batch", metavar="DIR", help="grade every submission in DIR, each in its own sandbox")
     parser.add_argument("--out", default="grades", help="where --batch writes grades.csv and feedback/")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from . import protocol, source, specs
+from . import protocol, source, specs, specs_capstone
 from .diagnose import failure, verdict
 from .questions import QUESTIONS, grade_answer
 from .sandbox import jail
@@ -55,16 +55,69 @@ def _answers(raw) -> list:
     return [grade_answer(q, v) for q, v in latest.items()]
 
 
+def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False):
+    """(data, None) from a run of the harness, or (None, (key, message)) when nothing usable came back."""
+    buffer = io.BytesIO()
+    torch.save(plan, buffer)
+    outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed,
+                       with_model=with_model)
+    if outcome.timed_out:
+        return None, ("timeout", f"grading stopped after {total_timeout:g} s (an infinite loop?)")
+    if outcome.too_big:
+        return None, ("crashed", "the submission's grading result was too large")
+    if not outcome.result:
+        tail = outcome.stderr_tail.strip().splitlines()[-1:]
+        why = f"the submission ended the grading process (exit code {outcome.returncode}) before any result"
+        if (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137):
+            why += ", out of memory?"
+        return None, ("crashed", why + (f": {tail[0][:200]}" if tail else ""))
+    try:
+        data = torch.load(io.BytesIO(outcome.result), weights_only=True)
+        if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
+            raise protocol.BadResult("not a mapping of exercises")
+    except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
+        return None, ("crashed", f"unreadable grading result ({type(exc).__name__})")
+    return data, None
+
+
+def _model_records(entry, count) -> list:
+    """The capstone's records, reduced to the schema: per model an answer ([layer, head] or a description)
+    and an error; raises BadResult."""
+    raw = entry.get("records")
+    if not isinstance(raw, list) or len(raw) != count:
+        raise protocol.BadResult("wrong number of model records")
+    records = []
+    for i, rec in enumerate(raw):
+        if not isinstance(rec, dict):
+            raise protocol.BadResult("a model record is not a mapping")
+        answer = rec.get("answer")
+        if isinstance(answer, list) and len(answer) == 2 and all(type(v) is int for v in answer):
+            answer = list(answer)
+        elif answer is not None:
+            answer = str(answer)[:80]
+        err = rec.get("error")
+        if err is not None:
+            if not isinstance(err, dict):
+                raise protocol.BadResult("error is not a mapping")
+            err = {"type": str(err.get("type"))[:80], "message": str(err.get("message"))[:1200],
+                   "line": None if err.get("line") is None else str(err.get("line"))[:300],
+                   "not_implemented": err.get("not_implemented") is True, "where": "call"}
+        records.append({"case": i, "error": err, "answer": answer, "calls": []})
+    return records
+
+
 def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout=TOTAL_TIMEOUT,
                sandboxed: bool = True, slot: int = 0) -> SubmissionReport:
     """Grade ``path`` (.py or .ipynb) on ``exercises`` (default: those found in it); never raises for a
     broken submission. The submission file is only read. ``sandboxed=False`` runs it in a plain child
-    process (trusted submissions, or a machine without bubblewrap)."""
+    process (trusted submissions, or a machine without bubblewrap). The capstone's exercise runs in a sandbox
+    of its own, the only one where the course's GPT (and so its attention modules) can be imported."""
     path = Path(path)
     report = SubmissionReport(str(path))
+    known = specs.EXERCISES + specs_capstone.EXERCISES
     for ex in exercises or []:
-        if ex not in specs.EXERCISES:
-            raise ValueError(f"unknown exercise {ex!r}; known: {', '.join(specs.EXERCISES)}")
+        if ex not in known:
+            raise ValueError(f"unknown exercise {ex!r}; known: {', '.join(known)}")
     try:
         cells = source.read_cells(path)
     except source.SubmissionError as exc:
@@ -84,50 +137,68 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     where = (lambda c: f"cell {c['index']}: ") if len(cells) > 1 else (lambda c: "")
     imports = [f"imports {where(c)}{imp}" for c in prepared for imp in source.course_imports(c["source"])]
     forbidden = [f"uses {where(c)}{v}" for c in prepared for v in source.interview_violations(c["source"])]
+    models = [ex for ex in exercises if ex in specs_capstone.EXERCISES]
+    exercises = [ex for ex in exercises if ex not in models]
 
     graded = {ex: protocol.Graded(ex) for ex in exercises}  # a fresh secret seed per submission
-    plan = {"cell_timeout": float(cell_timeout), "cells": prepared,
-            "exercises": {ex: graded[ex].plan() for ex in exercises}}
-    buffer = io.BytesIO()
-    torch.save(plan, buffer)
-    outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed)
-    if outcome.timed_out:
-        return _fail_all(report, exercises, "timeout", f"grading stopped after {total_timeout:g} s (an infinite loop?)")
-    if outcome.too_big:
-        return _fail_all(report, exercises, "crashed", "the submission's grading result was too large")
-    if not outcome.result:
-        tail = outcome.stderr_tail.strip().splitlines()[-1:]
-        why = f"the submission ended the grading process (exit code {outcome.returncode}) before any result"
-        if (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137):
-            why += ", out of memory?"
-        return _fail_all(report, exercises, "crashed", why + (f": {tail[0][:200]}" if tail else ""))
-    try:
-        data = torch.load(io.BytesIO(outcome.result), weights_only=True)
-        if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
-            raise protocol.BadResult("not a mapping of exercises")
-    except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
-        return _fail_all(report, exercises, "crashed", f"unreadable grading result ({type(exc).__name__})")
-
-    report.notes = notes + _strings(data.get("notes"))
-    report.results += _answers(data.get("answers"))
-    for ex in exercises:
-        refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
-        if refusals:  # known from the source alone, whatever the child ran or failed to run
-            report.results.append(verdict(ex, [], graded[ex].cases, refusals=refusals))
-            continue
-        entry = data["exercises"].get(ex)
-        if not isinstance(entry, dict):
-            report.results.append(failure(ex, "missing", f"{ex} was not graded"))
-            continue
-        missing = entry.get("missing")
-        if missing is not None:
-            hint = f" ({report.notes[0]})" if report.notes else ""
-            report.results.append(failure(ex, "missing", str(missing)[:300] + hint))
-            continue
-        try:
-            records = graded[ex].resolve(entry.get("records"))
-        except protocol.BadResult as exc:
-            report.results.append(failure(ex, "crashed", f"malformed grading result: {exc}"))
-            continue
-        report.results.append(verdict(ex, records, graded[ex].cases, assumed=graded[ex].assumed))
+    base = {"cell_timeout": float(cell_timeout), "cells": prepared}
+    if exercises:
+        data, failed = _sandbox(path, {**base, "exercises": {ex: graded[ex].plan() for ex in exercises}},
+                                total_timeout, slot, sandboxed)
+        if failed:
+            _fail_all(report, exercises, *failed)
+        else:
+            report.notes = notes + _strings(data.get("notes"))
+            report.results += _answers(data.get("answers"))
+            report.results += [_verdict(ex, data, graded[ex], imports, forbidden, report.notes) for ex in exercises]
+    for ex in models:
+        report.results.append(_grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxed,
+                                                    report))
     return report
+
+
+def _verdict(ex, data, graded, imports, forbidden, notes):
+    refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
+    if refusals:  # known from the source alone, whatever the child ran or failed to run
+        return verdict(ex, [], graded.cases, refusals=refusals)
+    entry = data["exercises"].get(ex)
+    if not isinstance(entry, dict):
+        return failure(ex, "missing", f"{ex} was not graded")
+    missing = entry.get("missing")
+    if missing is not None:
+        hint = f" ({notes[0]})" if notes else ""
+        return failure(ex, "missing", str(missing)[:300] + hint)
+    try:
+        records = graded.resolve(entry.get("records"))
+    except protocol.BadResult as exc:
+        return failure(ex, "crashed", f"malformed grading result: {exc}")
+    return verdict(ex, records, graded.cases, assumed=graded.assumed)
+
+
+def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxed, report):
+    """The capstone: the learner's function on trained GPTs whose heads the grader shuffled (secret seed)."""
+    seed = specs.new_seed()
+    cases = specs_capstone.make_cases(ex, seed)
+    # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
+    refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
+    if refusals:
+        return specs_capstone.verdict(ex, [], refusals, seed)
+    plan = {**base, "exercises": {},
+            "models": {ex: {"function": specs_capstone.CONTRACT_FUNCTION[ex], "checkpoints": [c.state for c in cases]}}}
+    data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True)
+    if failed:
+        return specs_capstone.failure(ex, *failed, seed=seed)
+    if not report.notes:
+        report.notes = _strings(data.get("notes"))
+    entry = data["exercises"].get(ex)
+    if not isinstance(entry, dict):
+        return specs_capstone.failure(ex, "missing", f"{ex} was not graded", seed=seed)
+    if entry.get("missing") is not None:
+        return specs_capstone.failure(ex, "missing", str(entry["missing"])[:300], seed=seed)
+    try:
+        records = _model_records(entry, len(cases))
+    except protocol.BadResult as exc:
+        return specs_capstone.failure(ex, "crashed", f"malformed grading result: {exc}", seed=seed)
+    for rec, case in zip(records, cases):
+        rec["case"] = case.name
+    return specs_capstone.verdict(ex, records, None, seed)

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 from .specs import CONTRACT_CLASS, EXERCISES, INTERVIEW
+from .specs_capstone import CONTRACT_FUNCTION
+from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone: a function graded on trained models
 
 
 class SubmissionError(Exception):
@@ -121,7 +123,7 @@ def check_calls(source: str) -> list[tuple[str, str | None]]:
 def exercise_from_grade_id(grade_id) -> str | None:
     if not grade_id:
         return None
-    for ex in sorted(EXERCISES, key=len, reverse=True):  # mha_interview before mha
+    for ex in sorted(EXERCISES + MODEL_EXERCISES, key=len, reverse=True):  # mha_interview before mha
         if str(grade_id).startswith(ex):
             return ex
     return None
@@ -134,16 +136,19 @@ def find_exercises(cells: list[dict]) -> list[str]:
         ex = exercise_from_grade_id(cell["grade_id"])
         if ex:
             found.append(ex)
-        found += [ex for ex, _ in check_calls(cell["source"]) if ex in EXERCISES]
+        found += [ex for ex, _ in check_calls(cell["source"]) if ex in EXERCISES + MODEL_EXERCISES]
     if not found:
-        defined = set()
+        defined, functions = set(), set()
         for cell in cells:
             tree = _parse(strip_magics(cell["source"]))
             if tree is not None:
                 defined |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+                functions |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
             else:  # a syntax error: still find the exercise, so that the report can name the error
                 defined |= set(re.findall(r"^class\s+(\w+)", cell["source"], re.M))
+                functions |= set(re.findall(r"^def\s+(\w+)", cell["source"], re.M))
         found = [ex for ex in EXERCISES if ex not in INTERVIEW and CONTRACT_CLASS[ex] in defined]
+        found += [ex for ex in MODEL_EXERCISES if CONTRACT_FUNCTION[ex] in functions]
     return list(dict.fromkeys(found))
 
 

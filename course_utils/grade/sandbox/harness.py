@@ -315,6 +315,33 @@ def _is_book(cls) -> bool:
 # the sandboxed child
 
 
+def _answer(value):
+    """[layer, head] as ints, or a description of what came back instead."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        try:
+            return [int(v.__index__()) for v in value]
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            pass
+    if isinstance(value, torch.Tensor):
+        return f"<a tensor of shape {tuple(value.shape)}>"
+    return f"<{type(value).__name__}: {str(value)[:40]}>"
+
+
+def _run_on_model(fn, state: dict, learner_files, timeout: float) -> dict:
+    from course_utils.gpt import GPT  # mounted only in the sandbox of this exercise
+    record = {"error": None, "answer": None, "calls": []}
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            record["answer"] = _answer(fn(GPT.from_checkpoint(state).eval()))
+    except BaseException as exc:  # noqa: BLE001
+        record["error"] = describe_exception(exc, learner_files, "call")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return record
+
+
 def _alarm(signum, frame):
     raise CellTimeout()
 
@@ -379,6 +406,13 @@ def main(result_fd: int) -> None:
             entry["missing"] = f"grading {ex} stopped: {describe_exception(exc, learner_files)['message']}"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+    for ex, spec in plan.get("models", {}).items():  # the capstone: fn(model) -> (layer, head) on trained GPTs
+        fn = requested.get(ex, namespace.get(spec["function"]))
+        if not callable(fn):
+            result["exercises"][ex] = {"missing": f"no function {spec['function']} found", "records": []}
+            continue
+        result["exercises"][ex] = {"missing": None, "records": [_run_on_model(fn, state, learner_files, timeout)
+                                                                for state in spec["checkpoints"]]}
     buffer = io.BytesIO()
     torch.save(result, buffer)
     with os.fdopen(result_fd, "wb") as out:

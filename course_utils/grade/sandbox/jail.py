@@ -34,8 +34,30 @@ class SandboxUnavailable(Exception):
     """No sandbox can be made on this machine (no bubblewrap, or the kernel refuses its namespaces)."""
 
 
-def build_lib(dest: Path) -> Path:
-    """The read-only tree mounted at /grader: the harness and the learner-side course_utils."""
+# what the capstone's exercise (find the induction head in a trained GPT) needs to run the model: the course's
+# attention modules. They are mounted only in a sandbox that grades that exercise alone, so that no other
+# exercise is ever graded with its answer importable; the course's own head scoring is left out of it.
+_MODEL_MODULES = ("_checks.py", "attention.py", "masks.py", "kv_cache.py", "rotary.py", "multihead.py",
+                  "interop.py", "gpt.py")
+_WITHHELD = {"induction.py": ("head_scores",)}
+
+
+def _without(source: str, names) -> str:
+    """``source`` with the bodies of the top-level functions ``names`` replaced by a refusal."""
+    import ast
+    lines = source.splitlines(True)
+    for node in sorted((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names),
+                       key=lambda n: n.lineno, reverse=True):
+        first, last = node.body[0].lineno - 1, node.end_lineno
+        indent = " " * node.body[0].col_offset
+        lines[first:last] = [f"{indent}raise ImportError('course_utils.induction.{node.name} is not available "
+                             f"while a submission is graded: compute the scores yourself')\n"]
+    return "".join(lines)
+
+
+def build_lib(dest: Path, with_model: bool = False) -> Path:
+    """The read-only tree mounted at /grader: the harness and the learner-side course_utils (with the course's
+    GPT and the induction task when ``with_model``)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("harness.py", "dialects.py"):
         shutil.copy(_HERE / name, dest / name)
@@ -44,6 +66,14 @@ def build_lib(dest: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__"))
     for name in _LEARNER_MODULES:
         shutil.copy(_COURSE / name, site / name)
+    if with_model:
+        for name in _MODEL_MODULES:
+            shutil.copy(_COURSE / name, site / name)
+        for name, withheld in _WITHHELD.items():
+            (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld),
+                                     encoding="utf-8")
+        shutil.copytree(_COURSE / "checkpoints", site / "checkpoints", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.png"))
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
@@ -158,11 +188,12 @@ def _drain(stream, keep: int, sink: list, limit: int | None = None):
     sink.append((tail, limit is not None and total > limit))
 
 
-def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True) -> Outcome:
+def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True,
+        with_model: bool = False) -> Outcome:
     """Run the harness on ``submission`` with ``plan``; the submission itself is only read."""
     result_r, result_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
-        lib = build_lib(Path(tmp) / "lib")
+        lib = build_lib(Path(tmp) / "lib", with_model)
         if sandboxed:
             if probe() is not None:
                 raise SandboxUnavailable(probe())

@@ -1,0 +1,317 @@
+"""Function exercises (the capstone): the learner writes a *function*, not a module, and the grader calls it on
+models it builds itself.
+
+``induction_head``: ``find_induction_head(model) -> (layer, head)`` for a ``course_utils.gpt.GPT`` trained on the
+induction task. The grader builds each case from the committed checkpoint (``make train``) by transformations that
+keep the model's function but move its heads: the heads of every layer are permuted (rows of W_query, W_key,
+W_value, columns of out_proj), and an inert layer (out_proj = 0: it adds nothing to the residual stream) may be
+inserted in front of, between or after the trained layers. So the answer differs from case to case, is known from
+the construction, and a different ``seed`` gives different (secret) cases.
+
+Records and the verdict follow ``protocol``/``diagnose``: ``run_function`` returns plain data (it also runs in the
+sandboxed child), ``verdict`` names the misconception whose answers the learner's reproduce on every case.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from .diagnose import Result
+from .sandbox.harness import describe_exception
+
+EXERCISES = ("induction_head",)
+CONTRACT_FUNCTION = {"induction_head": "find_induction_head"}
+NOT_IMPLEMENTED = "not_implemented"
+DEFAULT_SEED = 0
+
+
+@dataclass
+class ModelCase:
+    """One graded model: how it was made, and where its previous-token and induction heads are."""
+    name: str
+    state: dict           # the GPT checkpoint dict (config + state_dict), never the training metadata
+    induction: tuple      # (layer, head)
+    previous_token: tuple
+    meta: dict = field(default_factory=dict)
+
+    def build(self):
+        from ..gpt import GPT
+        return GPT.from_checkpoint(self.state).eval()
+
+
+# ------------------------------------------------------------------------------------ the cases
+
+
+def _permute_heads(state: dict, layer: int, perm: list, n_heads: int, head_dim: int) -> None:
+    """New head j of ``layer`` is old head perm[j] (MHA: K/V heads move with their query heads)."""
+    idx = torch.cat([torch.arange(h * head_dim, (h + 1) * head_dim) for h in perm])
+    prefix = f"blocks.{layer}.attn."
+    for name in ("W_query", "W_key", "W_value"):
+        state[prefix + name + ".weight"] = state[prefix + name + ".weight"][idx].clone()
+        if prefix + name + ".bias" in state:
+            state[prefix + name + ".bias"] = state[prefix + name + ".bias"][idx].clone()
+    state[prefix + "out_proj.weight"] = state[prefix + "out_proj.weight"][:, idx].clone()
+
+
+def _insert_inert_layer(state: dict, config: dict, where: int, generator) -> None:
+    """Insert a block at ``where`` whose attention output is exactly zero (random Q/K/V, zero out_proj)."""
+    n = config["n_layers"]
+    moved = {}
+    for key, value in state.items():
+        if key.startswith("blocks."):
+            _, i, rest = key.split(".", 2)
+            i = int(i)
+            moved[f"blocks.{i + 1 if i >= where else i}.{rest}"] = value
+        else:
+            moved[key] = value
+    template = {k.split(".", 2)[2]: v for k, v in state.items() if k.startswith("blocks.0.")}
+    for rest, value in template.items():
+        if rest.startswith("attn.out_proj"):
+            new = torch.zeros_like(value)
+        elif rest.startswith("ln_"):
+            new = torch.ones_like(value) if rest.endswith("weight") else torch.zeros_like(value)
+        else:
+            new = torch.randn(value.shape, generator=generator, dtype=value.dtype) * 0.02
+        moved[f"blocks.{where}.{rest}"] = new
+    state.clear()
+    state.update(moved)
+    config["n_layers"] = n + 1
+
+
+# (name, inert layer position or None); the head positions are drawn from the seed
+_LAYOUTS = [
+    ("heads permuted", None),
+    ("heads permuted, an inert layer in front", 0),
+    ("heads permuted, an inert layer between the two trained layers", 1),
+    ("heads permuted, an inert layer after the trained layers", 2),
+    ("heads permuted again", None),
+]
+
+
+def make_cases(exercise: str = "induction_head", seed: int | None = None) -> list[ModelCase]:
+    """The graded models for ``seed`` (default ``DEFAULT_SEED``): deterministic for a seed, different across
+    seeds. The first case keeps the checkpoint's own head order."""
+    if exercise not in EXERCISES:
+        raise ValueError(f"unknown function exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+    seed = DEFAULT_SEED if seed is None else seed
+    key = (exercise, seed)
+    if key not in _CASES:
+        _CASES[key] = _make_cases(seed)
+    return _CASES[key]
+
+
+_CASES: dict = {}
+
+
+def _make_cases(seed: int) -> list[ModelCase]:
+    from ..induction import checkpoint_path
+
+    base = torch.load(checkpoint_path("mha"), map_location="cpu", weights_only=True)
+    config = base["config"]
+    n_heads, head_dim = config["n_heads"], config["emb_dim"] // config["n_heads"]
+    prev0, ind0 = _reference_heads(base)
+    g = torch.Generator().manual_seed(10_007 * (seed % 2 ** 40 + 1))
+    layouts = [("the trained checkpoint", None)] + _LAYOUTS
+    cases = []
+    for i, (name, inert) in enumerate(layouts):
+        state, cfg = dict(base["state_dict"]), dict(config)
+        perms = [list(range(n_heads)) if i == 0 else torch.randperm(n_heads, generator=g).tolist()
+                 for _ in range(config["n_layers"])]
+        for layer, perm in enumerate(perms):
+            _permute_heads(state, layer, perm, n_heads, head_dim)
+        prev = (prev0[0], perms[prev0[0]].index(prev0[1]))
+        ind = (ind0[0], perms[ind0[0]].index(ind0[1]))
+        if inert is not None:
+            _insert_inert_layer(state, cfg, inert, g)
+            prev = (prev[0] + (prev[0] >= inert), prev[1])
+            ind = (ind[0] + (ind[0] >= inert), ind[1])
+        cases.append(ModelCase(name, {"config": cfg, "state_dict": state}, ind, prev, {"inert": inert}))
+    return cases
+
+
+def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
+    """(previous-token head, induction head) of a checkpoint, by the course's scores on fixed sequences."""
+    from ..gpt import GPT
+    from ..induction import head_scores, make_batch
+
+    model = GPT.from_checkpoint(checkpoint).eval()
+    c = model.config
+    scores = head_scores(model, make_batch(256, c.context_length, c.vocab_size,
+                                           generator=torch.Generator().manual_seed(5)))
+    return tuple(divmod(int(scores["previous_token"].argmax()), c.n_heads)), \
+        tuple(divmod(int(scores["induction"].argmax()), c.n_heads))
+
+
+# ------------------------------------------------------------------------------------ misconceptions
+
+
+@dataclass(frozen=True)
+class FunctionMutant:
+    key: str
+    message: str
+    matches: object  # (ModelCase, (layer, head) or None) -> bool: the answer this mistake gives on the case
+
+
+def _exactly(answer_of):
+    return lambda case, answer: answer == answer_of(case)
+
+
+def _last_layer(case, answer):
+    # the best head of the last layer: the induction head, unless an inert layer comes after it
+    n_layers = case.state["config"]["n_layers"]
+    if case.induction[0] == n_layers - 1:
+        return answer == case.induction
+    return answer is not None and answer[0] == n_layers - 1
+
+
+MUTANTS = [
+    FunctionMutant("previous_token_head", "that is the previous-token head (前一词元头), layer 0's stripe just "
+                   "below the diagonal: the induction head (归纳头) attends from the second copy to the token AFTER the "
+                   "earlier occurrence of the current token", _exactly(lambda c: c.previous_token)),
+    FunctionMutant("layer_one_based", "the layer is off by one: layers are counted from 0 (model.blocks[0] is the "
+                   "first), so return the index into model.blocks",
+                   _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
+    FunctionMutant("one_based", "layer and head are both off by one: count from 0, as model.blocks and the head "
+                   "axis of the attention weights do", _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
+    FunctionMutant("flat_index_unravelled", "the (layer, head) pair comes from a flat index unravelled with the "
+                   "wrong size: for a (n_layers, n_heads) score table use divmod(index, n_heads)",
+                   _exactly(lambda c: divmod(c.induction[0] * c.state["config"]["n_heads"] + c.induction[1],
+                                             c.state["config"]["n_layers"]))),
+    FunctionMutant("last_layer_assumed", "the answer assumes the induction head is in the last layer: score every "
+                   "layer (a layer may sit after it)", _last_layer),
+]
+
+
+# ------------------------------------------------------------------------------------ running and judging
+
+
+class _ReferenceCalls:
+    """Records calls into course_utils.induction's scoring while the learner's function runs."""
+
+    def __init__(self):
+        from .. import induction
+        # unwrap: @torch.no_grad() wraps the function in a generic decorator whose code every wrapped function shares
+        self.codes = {inspect.unwrap(induction.head_scores).__code__: "course_utils.induction.head_scores"}
+        self.calls: set[str] = set()
+
+    def _profile(self, frame, event, arg):
+        if event == "call" and frame.f_code in self.codes:
+            self.calls.add(self.codes[frame.f_code])
+
+    def __enter__(self):
+        self._old = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            sys.setprofile(self._old)
+        except TypeError:
+            sys.setprofile(None)
+        return False
+
+
+def _plain_answer(value):
+    """[layer, head] as ints, or a description string for anything that is not a pair of integers."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        try:
+            return [int(v.__index__()) for v in value]
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            pass
+    if isinstance(value, torch.Tensor):
+        return f"<a tensor of shape {tuple(value.shape)}>"
+    return f"<{type(value).__name__}: {str(value)[:40]}>"
+
+
+def run_function(exercise: str, fn, learner_files: set | None = None, seed: int | None = None) -> list[dict]:
+    """Call ``fn`` on every case's model (a fresh copy each time); plain records, never raises for learner bugs."""
+    records = []
+    for case in make_cases(exercise, seed):
+        record = {"case": case.name, "error": None, "answer": None, "calls": []}
+        recorder = _ReferenceCalls()
+        try:
+            torch.manual_seed(0)
+            with recorder, torch.no_grad():
+                record["answer"] = _plain_answer(fn(case.build()))
+        except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
+            record["error"] = describe_exception(exc, learner_files, "call")
+        record["calls"] = sorted(recorder.calls)
+        records.append(record)
+    return records
+
+
+def not_implemented(exercise: str, defined: bool = True) -> Result:
+    name = CONTRACT_FUNCTION[exercise]
+    what = f"write {name} (it raises NotImplementedError)" if defined else f"define function {name}"
+    return Result(exercise, False, 0.0, 0, total_checks(exercise), NOT_IMPLEMENTED, [f"not implemented yet: {what}"])
+
+
+def total_checks(exercise: str, seed: int | None = None) -> int:
+    return len(make_cases(exercise, seed))
+
+
+def _pair(answer):
+    return None if answer is None or isinstance(answer, str) else tuple(answer)
+
+
+def verdict(exercise: str, records: list, refusals: list | None = None, seed: int | None = None) -> Result:
+    """One check per case: the learner's (layer, head) is the induction head. A wrong answer is named when it
+    matches a known misconception on every case."""
+    cases = make_cases(exercise, seed)
+    total = len(cases)
+    refusals = list(refusals or [])
+    refusals += [f"calls {call}, the course's own scoring" for r in records for call in r.get("calls", [])]
+    if refusals:
+        refusals = list(dict.fromkeys(refusals))
+        return Result(exercise, False, 0.0, 0, total, "delegates",
+                      ["no credit: compute the head scores yourself: " + refusals[0]] + refusals[1:])
+    errors = [r["error"] for r in records if r["error"] is not None]
+    if any(e["not_implemented"] for e in errors):
+        return not_implemented(exercise)
+    reasons = []
+    for case, rec in zip(cases, records):
+        if rec["error"] is not None:
+            e = rec["error"]
+            reasons.append((case.name, f"{e['type']}: {e['message']}" + (f" (your {e['line']})" if e["line"] else "")))
+        elif isinstance(rec["answer"], str):
+            reasons.append((case.name, f"returned {rec['answer']}; the contract is a tuple (layer, head) of ints"))
+        elif _pair(rec["answer"]) != case.induction:
+            reasons.append((case.name, f"returned {_pair(rec['answer'])}, which is not the induction head"))
+    passed = total - len(reasons)
+    if not reasons:
+        return Result(exercise, True, 1.0, total, total, None, [])
+    score = round(passed / total, 3)
+    details = [f"case '{name}': {why}" for name, why in reasons]
+    answers = [_pair(r["answer"]) if r["error"] is None else None for r in records]
+    for mutant in MUTANTS:
+        if all(mutant.matches(c, a) for a, c in zip(answers, cases)):
+            return Result(exercise, False, score, passed, total, mutant.key, [mutant.message] + details)
+    if errors:
+        return Result(exercise, False, score, passed, total, "exception", [details[0]] + details[1:])
+    if any(isinstance(r["answer"], str) for r in records):
+        return Result(exercise, False, score, passed, total, "contract",
+                      ["contract: return a tuple (layer, head) of ints"] + details)
+    return Result(exercise, False, score, passed, total, "wrong_head",
+                  ["not the induction head, and no known mistake explains the answers: score every head of every "
+                   "layer on repeated random tokens, as the notebook does"] + details)
+
+
+def failure(exercise: str, key: str, message: str, seed: int | None = None) -> Result:
+    """A result for a submission whose function could not be run at all (timeout, crash, missing function)."""
+    return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), key, [message])
+
+
+def grade_function(exercise: str, fn, learner_files: set | None = None, refusals: list | None = None,
+                   seed: int | None = None) -> Result:
+    """Grade the learner's function in this process (the self-check cell); never raises for learner bugs."""
+    if exercise not in EXERCISES:
+        raise ValueError(f"unknown function exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+    if fn is None:
+        return not_implemented(exercise, defined=False)
+    if not callable(fn):
+        return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), "contract",
+                      [f"contract: {CONTRACT_FUNCTION[exercise]} must be a function, got {type(fn).__name__}"])
+    return verdict(exercise, run_function(exercise, fn, learner_files, seed), refusals, seed)
