@@ -159,3 +159,26 @@ def test_interview_mode_in_a_batch(tmp_path):
         assert rows[name]["mha_interview"] == "0" and "forbidden" in rows[name]["status"], rows[name]
     fb = (tmp_path / "g" / "feedback" / "thread_dynamic_name.py.md").read_text()
     assert "scaled_dot_product_attention" in fb  # seen at torch's level, from a thread, by a built name
+
+
+def test_the_capstones_model_sandbox_serves_no_other_exercise(tmp_path):
+    # course_utils.multihead is mounted only where the capstone's function is graded, alone: a file that also
+    # hands in GQA by importing it (by a name the source check cannot see) gets no credit for GQA
+    path = tmp_path / "both.py"
+    path.write_text(
+        "import importlib\n"
+        "try:\n"
+        "    GroupedQueryAttention = importlib.import_module('course_' + 'utils.multihead').GroupedQueryAttention\n"
+        "except ImportError:\n"
+        "    GroupedQueryAttention = None\n\n"
+        "def find_induction_head(model):\n"
+        "    return importlib.import_module('course_' + 'utils.multihead') and (1, 0)\n\n"
+        "from course_utils.grade import check\n"
+        "check('gqa', GroupedQueryAttention)\n"
+        "check('induction_head', find_induction_head)\n")
+    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--json", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    import json
+    results = {r["exercise"]: r for r in json.loads(proc.stdout)["results"]}
+    assert not results["gqa"]["passed"] and results["gqa"]["score"] == 0, results["gqa"]
+    assert "induction_head" in results  # graded, in its own sandbox, where the import works

@@ -32,7 +32,7 @@ SKIP = [
     re.compile(r"<summary>\s*\d+\.", re.I),  # numbered questions
     re.compile(r"\b(?:notebooks?|sections?|exercises?|chapters?|seed notes?|seeds?|bugs?|questions?|steps? of)\s+"
                r"\d+(?:\.\d+)?(?:\s*(?:-|–|,|and|or)\s*\d+(?:\.\d+)?)*", re.I),
-    re.compile(r"(?:et al\.|[A-Z][a-z]+),? (?:19|20)\d\d\b"),  # a citation's year
+    re.compile(r"(?:et al\.|[A-Z][a-z]+),? \(?(?:19|20)\d\d\b"),  # a citation's year, "Olsson et al. (2022)" too
     re.compile(r"https?://\S+"),
 ]
 
