@@ -111,7 +111,7 @@ def _ro_bind_with_parents(path: str, made: set) -> list:
     args, parts = [], Path(path).parts
     for i in range(2, len(parts)):
         parent = str(Path(*parts[:i]))
-        if parent not in made and parent not in ("/usr", "/etc"):
+        if parent not in made and parent not in ("/usr", "/etc", "/tmp"):
             made.add(parent)
             args += ["--perms", "0755", "--dir", parent]
     return args + ["--ro-bind", path, path]
@@ -127,13 +127,14 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(etc):
             cmd += ["--ro-bind", etc, etc]
+    # the private /tmp first: the Python or the venv may live under /tmp, and their binds go on top of it
+    cmd += ["--perms", "1777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/tmp"]
     for prefix in prefixes:
         cmd += _ro_bind_with_parents(prefix, made)
     if os.path.realpath(sys.prefix) != sys.prefix:  # the venv reached through a link
         cmd += _ro_bind_with_parents(sys.prefix, made)
     python = os.path.join(sys.prefix, "bin", "python3")
     cmd += ["--ro-bind", str(lib), "/grader", "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/tmp",
             "--perms", "0777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/submission",
             "--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/submission",
