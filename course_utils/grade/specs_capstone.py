@@ -14,13 +14,14 @@ sandboxed child), ``verdict`` names the misconception whose answers the learner'
 from __future__ import annotations
 
 import inspect
-import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from .diagnose import Result
+from .protocol import CallRecorder
 from .sandbox.harness import describe_exception
+from .sandbox.harness import plain_answer as _plain_answer
 
 EXERCISES = ("induction_head",)
 CONTRACT_FUNCTION = {"induction_head": "find_induction_head"}
@@ -188,42 +189,18 @@ MUTANTS = [
 # ------------------------------------------------------------------------------------ running and judging
 
 
-class _ReferenceCalls:
+class _ReferenceCalls(CallRecorder):
     """Records calls into course_utils.induction's scoring while the learner's function runs."""
 
     def __init__(self):
         from .. import induction
+        super().__init__()
         # unwrap: @torch.no_grad() wraps the function in a generic decorator whose code every wrapped function shares
         self.codes = {inspect.unwrap(induction.head_scores).__code__: "course_utils.induction.head_scores"}
-        self.calls: set[str] = set()
 
     def _profile(self, frame, event, arg):
         if event == "call" and frame.f_code in self.codes:
             self.calls.add(self.codes[frame.f_code])
-
-    def __enter__(self):
-        self._old = sys.getprofile()
-        sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            sys.setprofile(self._old)
-        except TypeError:
-            sys.setprofile(None)
-        return False
-
-
-def _plain_answer(value):
-    """[layer, head] as ints, or a description string for anything that is not a pair of integers."""
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        try:
-            return [int(v.__index__()) for v in value]
-        except (AttributeError, TypeError, ValueError, RuntimeError):
-            pass
-    if isinstance(value, torch.Tensor):
-        return f"<a tensor of shape {tuple(value.shape)}>"
-    return f"<{type(value).__name__}: {str(value)[:40]}>"
 
 
 def run_function(exercise: str, fn, learner_files: set | None = None, seed: int | None = None) -> list[dict]:

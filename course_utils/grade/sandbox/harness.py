@@ -315,7 +315,7 @@ def _is_book(cls) -> bool:
 # the sandboxed child
 
 
-def _answer(value):
+def plain_answer(value):
     """[layer, head] as ints, or a description of what came back instead."""
     if isinstance(value, (tuple, list)) and len(value) == 2:
         try:
@@ -334,7 +334,7 @@ def _run_on_model(fn, state: dict, learner_files, timeout: float) -> dict:
     try:
         torch.manual_seed(0)
         with torch.no_grad():
-            record["answer"] = _answer(fn(GPT.from_checkpoint(state).eval()))
+            record["answer"] = plain_answer(fn(GPT.from_checkpoint(state).eval()))
     except BaseException as exc:  # noqa: BLE001
         record["error"] = describe_exception(exc, learner_files, "call")
     finally:
