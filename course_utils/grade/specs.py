@@ -289,19 +289,22 @@ def param_shapes(exercise, cfg) -> dict:
     return shapes
 
 
+def random_params(shapes: dict, g) -> dict:
+    """Parameters drawn for a case: weights N(0, (1.5 / sqrt(fan_in))^2), biases N(0, 0.2^2), so that the
+    scores are far from uniform and a wrong scale or mask changes the output a lot."""
+    return {name: torch.randn(shape, generator=g) * (1.5 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.2)
+            for name, shape in shapes.items()}
+
+
 def _draw_params(exercise, ctor, g):
-    params = {}
-    for pname, shape in param_shapes(exercise, ctor).items():
-        scale = 1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.2
-        params[pname] = torch.randn(shape, generator=g) * scale * 1.5
-    return params
+    return random_params(param_shapes(exercise, ctor), g)
 
 
 def _seed(g) -> int:
     return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
 
 
-def _shift_scores(exercise, params, x, g, size=400.0):
+def _shift_scores(params, x, g, size=400.0):
     """Make the scores large without making the softmax one-hot: a large key bias b adds q_i · b to every
     score of query i, a shift softmax ignores and exp() does not (it overflows or underflows)."""
     for name in [n for n in params if n.endswith("W_key.bias")]:
@@ -319,7 +322,7 @@ def _case(exercise, name, g, x_shape, steps=None, large=False, **ctor):
     params = _draw_params(exercise, ctor, g)
     x = torch.randn(x_shape, generator=g)
     if large:
-        _shift_scores(exercise, params, x, g)
+        _shift_scores(params, x, g)
     if steps is None:
         calls = [Call(x, seed=_seed(g), use_cache=False if exercise == "kv_cache" else None)]
     else:

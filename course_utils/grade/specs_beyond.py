@@ -265,14 +265,6 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
 # ---------------------------------------------------------------------------------------------
 # cases
 
-def _params(shapes, g, scale=1.5):
-    params = {}
-    for name, shape in shapes.items():
-        fan_in = shape[-1] if len(shape) == 2 else 1
-        params[name] = torch.randn(shape, generator=g) * (scale / math.sqrt(fan_in) if len(shape) == 2 else 0.2)
-    return params
-
-
 def param_shapes(exercise, cfg) -> dict:
     """name -> shape of every parameter the contract needs (nn.Linear weights are (out, in))."""
     d_in, d_out = cfg["d_in"], cfg["d_out"]
@@ -290,14 +282,10 @@ def param_shapes(exercise, cfg) -> dict:
     raise ValueError(f"{exercise} has no parameters")
 
 
-def _seed(g) -> int:
-    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
-
-
 def _module_case(exercise, name, g, x_shape, steps, **ctor):
     """Calls over one sequence: (start, end, use_cache, pass_past[, absorb]) per step."""
-    from .specs import Call, Case
-    params = _params(param_shapes(exercise, ctor), g)
+    from .specs import Call, Case, _seed, random_params
+    params = random_params(param_shapes(exercise, ctor), g)
     x = torch.randn(x_shape, generator=g)
     calls, last = [], None
     for i, step in enumerate(steps):
@@ -312,7 +300,7 @@ def _module_case(exercise, name, g, x_shape, steps, **ctor):
 
 
 def _function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True):
-    from .specs import Call, Case
+    from .specs import Call, Case, _seed
     q = torch.randn(shape_q, generator=g) * scale
     k = torch.randn(shape_k, generator=g) * scale
     v = torch.randn(shape_k, generator=g)

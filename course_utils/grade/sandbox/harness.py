@@ -121,7 +121,7 @@ def _plain(value):
     return f"<{type(value).__name__}>"
 
 
-def _call(module, call: dict, past, kv: bool):
+def _call(module, call: dict, past):
     x = call["x"].clone()
     if call.get("grad") is not None:
         x.requires_grad_(True)
@@ -243,7 +243,7 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
         record["error"] = describe_exception(exc, learner_files, "load")
         try:  # a stub has no parameters yet: say "not implemented" rather than "missing W_query"
             with torch.no_grad():
-                _call(module, case["calls"][0], None, False)
+                _call(module, case["calls"][0], None)
         except NotImplementedError as stub:
             record["error"] = describe_exception(stub, learner_files, "forward")
         except Exception:  # noqa: BLE001 - keep the contract message
@@ -259,7 +259,7 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
                     case.get("given_past") if call["past"] == "given" else None)
             torch.manual_seed(call["seed"])
             with torch.set_grad_enabled(call.get("grad") is not None):
-                out, present, x = _call(caller, call, past, True)
+                out, present, x = _call(caller, call, past)
                 outputs[f"{tag}.out"] = _plain(out)
                 if call["use_cache"] is not None:
                     first_name, second_name = case.get("present_names", ("keys", "values"))
@@ -277,11 +277,11 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
             module.eval()
             torch.manual_seed(first["seed"] + 1)
             with torch.no_grad():
-                outputs["repeat.out"] = _plain(_call(caller, {**first, "grad": None}, None, True)[0])
+                outputs["repeat.out"] = _plain(_call(caller, {**first, "grad": None}, None)[0])
         if trace:
             module.eval()
             with torch.no_grad():
-                _call(caller, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None, True)
+                _call(caller, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None)
     except Exception as exc:  # noqa: BLE001
         record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": step}
     finally:
