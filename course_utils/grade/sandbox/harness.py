@@ -12,7 +12,6 @@ import linecache
 import os
 import signal
 import sys
-import threading
 import traceback
 
 import torch

@@ -6,10 +6,10 @@ from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
 from .sizes import kv_cache_bytes
 
-_OFFERED = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "kv_cache_bytes",
+__all__ = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "kv_cache_bytes",
             "synchronize")
 
 
 def __getattr__(name):
     raise AttributeError(f"course_utils.{name} is not available while a submission is graded: the exercise asks "
-                         f"you to write it yourself (available: {', '.join(_OFFERED)})")
+                         f"you to write it yourself (available: {', '.join(__all__)})")
