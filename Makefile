@@ -16,15 +16,17 @@ NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
 
-.PHONY: setup lab test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
+.PHONY: setup lab lab-zh twins check-twins test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
+	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the environment"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/checkpoints/"
-	@echo "make exercises    regenerate exercises/ from solutions/"
+	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
+	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
@@ -45,6 +47,10 @@ lab: $(STAMP)
 	@# --allow-root only where we are root (containers); LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8890"
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/README.md
 
+lab-zh: $(STAMP)
+	@# the Chinese edition: its notebooks run in zh-CN folders, where the grader and the figures speak Chinese
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/zh-CN/README.md
+
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
@@ -59,9 +65,20 @@ train: $(STAMP)
 
 exercises: $(STAMP)
 	$(PY) -m course_utils.exercises solutions exercises
+	$(PY) -m course_utils.exercises solutions/zh-CN exercises/zh-CN
 
 check-exercises: $(STAMP)
 	$(PY) -m course_utils.exercises solutions exercises --check
+	$(PY) -m course_utils.exercises solutions/zh-CN exercises/zh-CN --check
+
+twins: $(STAMP)
+	@# code from the English notebooks, Chinese markdown kept by cell id; twins whose code changed are re-run
+	$(PY) -m course_utils.twins sync --execute changed || test $$? -eq 1
+	@$(MAKE) --no-print-directory exercises
+	$(PY) -m course_utils.twins check
+
+check-twins: $(STAMP)
+	$(PY) -m course_utils.twins check
 
 grade: $(STAMP)
 	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds

@@ -3,15 +3,78 @@
 ``live_figure`` draws once with the controls' starting values and shows that figure as an ordinary
 image output, so it is visible without a widget front end (nbval, GitHub's viewer). In JupyterLab the
 controls appear above it, and each change redraws the figure in place (through a display id).
+
+In Chinese (``course_utils.lang``: the Chinese notebooks, or ``ATTN_LANG=zh``) figure texts are translated as
+they are set (``viz_zh``) and drawn with an installed CJK font; without such a font they stay English rather than
+show empty boxes.
 """
 from __future__ import annotations
 
 import io
 
-
-
 import matplotlib.pyplot as plt
 import torch
+from matplotlib import font_manager
+from matplotlib.text import Text
+
+from . import viz_zh
+from .lang import current_language, pick
+
+# families with Chinese glyphs, most wanted first (Debian's fonts-noto-cjk, Source Han, WenQuanYi, macOS, Windows)
+CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
+                "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "PingFang SC", "Hiragino Sans GB", "Heiti SC",
+                "Microsoft YaHei", "SimHei", "Arial Unicode MS")
+_cjk_family: list = []  # [family or None] once looked up
+
+
+def cjk_font() -> str | None:
+    """The first installed font family of ``CJK_FAMILIES``, or None. Fonts installed after matplotlib built its
+    font cache are found too."""
+    if not _cjk_family:
+        def first():
+            names = {f.name for f in font_manager.fontManager.ttflist}
+            return next((family for family in CJK_FAMILIES if family in names), None)
+
+        family = first()
+        if family is None:
+            for path in font_manager.findSystemFonts():
+                if any(k in path.lower() for k in ("cjk", "wqy", "sourcehan", "pingfang", "yahei", "simhei")):
+                    try:
+                        font_manager.fontManager.addfont(path)
+                    except (OSError, RuntimeError, ValueError):
+                        continue
+            family = first()
+        _cjk_family.append(family)
+    return _cjk_family[0]
+
+
+def speaks_chinese() -> bool:
+    """Whether figures are labelled in Chinese now: the course's language is Chinese and a CJK font is there."""
+    return current_language() == "zh" and cjk_font() is not None
+
+
+def _use_cjk_font() -> None:
+    # Latin text keeps the default font; a glyph it lacks falls back to the CJK family (matplotlib >= 3.6)
+    latin = font_manager.FontProperties(family=plt.rcParams["font.family"]).get_family()[0]
+    if latin in ("sans-serif", "serif", "monospace", "cursive", "fantasy"):
+        latin = plt.rcParams[f"font.{latin}"][0]
+    plt.rcParams["font.family"] = [latin, cjk_font()]
+
+
+def _translating_set_text(set_text):
+    def set_text_in_language(self, s):
+        if speaks_chinese():
+            s = viz_zh.translate(s)
+        return set_text(self, s)
+
+    set_text_in_language.__wrapped__ = set_text
+    return set_text_in_language
+
+
+if speaks_chinese():
+    _use_cjk_font()
+    if not hasattr(Text.set_text, "__wrapped__"):
+        Text.set_text = _translating_set_text(Text.set_text)
 
 
 def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True):
@@ -127,9 +190,10 @@ class Countdown:
 
     @property
     def text(self) -> str:
+        total, left = _clock(self.total_s), _clock(self.total_s - self.elapsed_s)
         if self.elapsed_s >= self.total_s:
-            return f"time is up ({_clock(self.total_s)})"
-        return f"{_clock(self.total_s - self.elapsed_s)} left of {_clock(self.total_s)}"
+            return pick(f"time is up ({total})", f"时间到（{total}）")
+        return pick(f"{left} left of {total}", f"剩余 {left}（共 {total}）")
 
     def _tick(self, _change=None):
         self.label.value = self.text
@@ -138,7 +202,8 @@ class Countdown:
     def stop(self) -> str:
         """Pause the clock; returns the time used."""
         self.play.playing = False
-        return f"time used: {_clock(self.elapsed_s)} of {_clock(self.total_s)}"
+        used, total = _clock(self.elapsed_s), _clock(self.total_s)
+        return pick(f"time used: {used} of {total}", f"用时 {used}（共 {total}）")
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -23,8 +23,8 @@ VENV_BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="`make lab` needs make")
 
 
-def lab_command(extra_args):
-    dry_run = subprocess.run(["make", "-s", "-n", "lab", f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
+def lab_command(extra_args, target="lab"):
+    dry_run = subprocess.run(["make", "-s", "-n", target, f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
     commands = [line for line in dry_run.splitlines() if " lab " in line and "jupyter" in line]
     assert len(commands) == 1, f"expected one jupyter lab command in `make -n lab`, got:\n{dry_run}"
@@ -35,6 +35,12 @@ def test_lab_recipe_opens_the_index_at_the_repository_root():
     command = lab_command("--no-browser")
     assert "--ServerApp.root_dir=." in command and command.rstrip().endswith("notebooks/README.md"), command
     assert "--allow-root" in command and "--no-browser" in command, command
+
+
+def test_lab_zh_opens_the_chinese_index():
+    command = lab_command("--no-browser", target="lab-zh")
+    assert "--ServerApp.root_dir=." in command and command.rstrip().endswith("notebooks/zh-CN/README.md"), command
+    assert (ROOT / "notebooks" / "zh-CN" / "README.md").exists()
 
 
 def _get(url, token, timeout=5):

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# the English notebooks and their Chinese twins (notebooks/zh-CN, same code, Chinese prose)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + \
+    sorted((ROOT / "notebooks" / "zh-CN").glob("[0-9][0-9]_*.ipynb"))
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
 # in prose: not glued to a name on the left (float16, W_q2, GPT-2) or on the right (7B, H100, x2); a trailing
@@ -34,7 +36,13 @@ SKIP = [
                r"\d+(?:\.\d+)?(?:\s*(?:-|–|,|and|or)\s*\d+(?:\.\d+)?)*", re.I),
     re.compile(r"(?:et al\.|[A-Z][a-z]+),? \(?(?:19|20)\d\d\b"),  # a citation's year, "Olsson et al. (2022)" too
     re.compile(r"https?://\S+"),
+    # the same references in Chinese: "笔记本 05", "练习 3.2", "种子笔记 000", "第 3 章", "问题 2"
+    re.compile(r"(?:笔记本|练习|种子笔记|种子|小节|问题|习题|步骤)\s*\d+(?:\.\d+)?"
+               r"(?:\s*(?:-|–|~|、|,|，|和|与|或|至|到)\s*\d+(?:\.\d+)?)*"),
+    re.compile(r"第\s*\d+(?:\.\d+)?\s*(?:章|节|步|题|课|篇|部分|个笔记本)"),
 ]
+# Chinese characters are word characters to the regex engine: a number next to one ("6 个") must still count
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
 def _value(text):
@@ -45,6 +53,7 @@ def prose_numbers(markdown):
     """(text, value, is_percent) for every number the markdown states, after the SKIP rules."""
     for pattern in SKIP:
         markdown = pattern.sub(" ", markdown)
+    markdown = _CJK.sub(" ", markdown)
     return [(m.group(0).strip(), _value(m.group(1)), (m.group(2) or "").strip() == "%")
             for m in PROSE_NUMBER.finditer(markdown)]
 
@@ -98,7 +107,7 @@ def unbacked_numbers(nb):
     return missing
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
 def test_every_number_in_the_prose_is_computed(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     missing = unbacked_numbers(nb)
@@ -121,3 +130,9 @@ def test_the_rule_itself():
          "outputs": [{"output_type": "stream", "name": "stdout", "text": ["28 M\n"]}]},
     ]}
     assert unbacked_numbers(nb) == ["cell 0: '28'"]  # an unchecked output does not count
+
+
+def test_the_rule_in_chinese():
+    assert prose_numbers("见笔记本 05 和练习 3.2，第 3 章，种子笔记 000，问题 2") == []
+    stated = prose_numbers("一共 6 个 token，缓存小了 97%，约4倍")
+    assert [(t, v) for t, v, _ in stated] == [("6", 6.0), ("97%", 97.0), ("4", 4.0)]

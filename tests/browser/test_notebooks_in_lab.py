@@ -24,6 +24,24 @@ if importlib.util.find_spec("playwright") is None:
 
 MIN_SLIDER_PX = 40  # a default track is about 150 px; the squeezed ones found were 0-1 px wide
 NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
+# the Chinese edition: one twin is run like the English notebooks, and its text must render in a CJK font
+ZH_NOTEBOOK = notebooks_dir() / "zh-CN" / "01_self_attention.ipynb"
+
+# For each probed element: draw two different Chinese characters and an unassigned code point in the element's
+# own font on a canvas. Without a CJK font both characters come out as the same "tofu" box or as blank, like
+# the unassigned one; with a font they differ from each other and from it.
+_CJK_RENDERS_JS = """(selector) => {
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 64;
+  const g = canvas.getContext('2d');
+  return [...document.querySelectorAll(selector)].slice(0, 5).map(el => {
+    const style = getComputedStyle(el);
+    const draw = ch => { g.clearRect(0, 0, 64, 64); g.font = `${style.fontSize} ${style.fontFamily}`;
+                         g.fillText(ch, 4, 48); return g.getImageData(0, 0, 64, 64).data.join(','); };
+    const a = draw('注'), b = draw('意'), none = draw('\u{EFFFF}');
+    return {text: el.textContent.slice(0, 30), font: style.fontFamily, ok: a !== b && a !== none && b !== none};
+  });
+}"""
 
 # the figure in cell `index` has been redrawn: some image differs from `before` and every image has loaded
 _REDRAWN_JS = """([selector, index, before]) => {
@@ -76,7 +94,8 @@ def _check_cells(cells, expect, focus):
              if any(w < MIN_SLIDER_PX for w in c["sliderWidths"])], f"sliders squeezed below {MIN_SLIDER_PX} px:")
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", NOTEBOOKS + [ZH_NOTEBOOK],
+                         ids=[p.stem for p in NOTEBOOKS] + [f"zh-CN-{ZH_NOTEBOOK.stem}"])
 def test_notebook_runs_in_jupyterlab(notebook, lab_server, page, screenshots):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -86,7 +105,8 @@ def test_notebook_runs_in_jupyterlab(notebook, lab_server, page, screenshots):
     committed = _digest(notebook)
     focus = []  # the cell the screenshot shows: the first offending one, else the live figure
     try:
-        open_notebook(page, lab_server, f"{lab_server.notebooks_rel}/{notebook.name}", expect["num_cells"])
+        rel = notebook.relative_to(notebooks_dir()).as_posix()
+        open_notebook(page, lab_server, f"{lab_server.notebooks_rel}/{rel}", expect["num_cells"])
         run_all_cells(page)
         cells = wait_until_run(page, expect["code_cells"])["cells"]
         _check_cells(cells, expect, focus)
@@ -110,3 +130,17 @@ def test_notebook_runs_in_jupyterlab(notebook, lab_server, page, screenshots):
     finally:
         _screenshot(page, focus, screenshots / f"{notebook.stem}.png")
         assert _digest(notebook) == committed, f"running {notebook.name} in JupyterLab changed the committed file"
+
+
+def test_chinese_text_renders_in_a_cjk_font(lab_server, page, screenshots):
+    """The Chinese twin's headings and prose are drawn with real glyphs, not empty boxes (tofu)."""
+    expect = notebook_expectations(ZH_NOTEBOOK)
+    try:
+        open_notebook(page, lab_server, f"{lab_server.notebooks_rel}/zh-CN/{ZH_NOTEBOOK.name}", expect["num_cells"])
+        probes = page.evaluate(_CJK_RENDERS_JS, ".jp-RenderedMarkdown h1, .jp-RenderedMarkdown p")
+        assert probes, "no rendered markdown found in the Chinese notebook"
+        assert any("自注意力" in p["text"] for p in probes), f"the title is not Chinese: {probes[0]['text']!r}"
+        bad = [p for p in probes if not p["ok"]]
+        assert not bad, f"Chinese characters render as boxes or blanks (install a CJK font, fonts-noto-cjk): {bad}"
+    finally:
+        _screenshot(page, [], screenshots / "zh-CN-glyphs.png")

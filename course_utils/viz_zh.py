@@ -1,0 +1,122 @@
+"""Chinese labels for the course's figures: the Chinese notebooks run the English notebooks' code, and
+``course_utils.viz`` translates each figure text as it is set (titles, axis labels, legends, annotations).
+
+``LABELS`` maps a whole English text to its Chinese; ``PATTERNS`` translate texts made by f-strings. A text found in
+neither (a token, a number, a model name) stays as it is.
+"""
+from __future__ import annotations
+
+import re
+
+LABELS = {
+    # 01
+    "weights without trainable projections": "没有可训练投影时的权重",
+    "variance of the scores": "分数的方差",
+    "uniform (1/16)": "均匀分布（1/16）",
+    "mean largest weight": "最大权重的平均值",
+    "unscaled scores grow with d_k and saturate softmax": "不缩放时分数随 d_k 增大，softmax 饱和",
+    "attention weight": "注意力权重",
+    "all queries": "所有查询",
+    # 02
+    "causal mask (dark = hidden)": "因果掩码（深色 = 被遮住）",
+    "causal attention weights": "因果注意力权重",
+    "mask (dark = hidden)": "掩码（深色 = 被遮住）",
+    "attention weights": "注意力权重",
+    # 03
+    "four heads, same tokens, different weights": "四个头：同样的 token，不同的权重",
+    "wrapper (loop over heads)": "包装器（逐头循环）",
+    "one batched matmul": "一次批量矩阵乘法",
+    "number of heads (head size 16)": "头数（每头维度 16）",
+    "time per forward [ms]": "每次前向的时间 [ms]",
+    # 04
+    "projection (T, d_out): column numbers": "投影 (T, d_out)：列号",
+    "after .view(B, T, nh, hs).transpose(1, 2): (nh, T, hs)": ".view(B, T, nh, hs).transpose(1, 2) 之后：(nh, T, hs)",
+    "4 heads, one sentence": "4 个头，同一句话",
+    # 05
+    "3 new queries, 4 cached + 3 new keys (green = may attend)": "3 个新查询，4 个缓存的键 + 3 个新键（绿色 = 可以关注）",
+    "no cache: recompute the prefix": "不用缓存：重算整个前缀",
+    "KV cache: one new token": "KV cache：只算一个新 token",
+    "tokens already generated": "已生成的 token 数",
+    "ms per new token": "每个新 token 的毫秒数",
+    "time per new token (4 layers, d_model=128)": "每个新 token 的耗时（4 层，d_model=128）",
+    # 06
+    "K/V head read by each query head (8 query heads, 2 K/V heads)": "每个查询头读取的 K/V 头（8 个查询头，2 个 K/V 头）",
+    "KV cache (MiB)": "KV 缓存（MiB）",
+    "K/V heads after mean-pooling 8 heads": "8 个头做平均池化后的 K/V 头数",
+    "relative output error": "输出的相对误差",
+    "MHA -> GQA by mean-pooling, before uptraining": "MHA -> GQA（平均池化，上训练之前）",
+    # 07
+    "forward": "前向",
+    "forward + backward": "前向 + 反向",
+    "sequence length (tokens so far)": "序列长度（已有 token 数）",
+    "time per token vs sequence length": "每个 token 的耗时与序列长度",
+    "tokens / s": "token / 秒",
+    # 08
+    "pair i (frequency base^(-2i/d))": "维度对 i（频率 base^(-2i/d)）",
+    "position m": "位置 m",
+    "distance m - n": "距离 m - n",
+    "score / head_dim": "分数 / head_dim",
+    "all-ones query and key: score vs distance": "全 1 的查询和键：分数随距离的变化",
+    "decoded token": "解码的 token",
+    "max |output - full pass|": "max |输出 - 完整计算|",
+    "RoPE with a KV cache: three mistakes, token by token": "RoPE 配合 KV cache：三种错误，逐 token 比较",
+    # 09
+    "key position": "键的位置",
+    "query position": "查询的位置",
+    "one (B, h, T, T) float32": "一个 (B, h, T, T) 的 float32 张量",
+    "sequence length T": "序列长度 T",
+    "peak tensor memory (MiB)": "张量内存峰值（MiB）",
+    "attention peak memory: quadratic vs linear in T": "注意力的内存峰值：随 T 平方增长 vs 线性增长",
+    # 10
+    "KV cache (MiB, log scale)": "KV 缓存（MiB，对数刻度）",
+    # 11
+    "loss on the second copy": "第二遍上的损失",
+    "accuracy on the second copy": "第二遍上的准确率",
+    "phase change": "相变",
+    "training step": "训练步数",
+    "key position (orange: first copy)": "键的位置（橙色：第一遍）",
+    "query position (below the line: second copy)": "查询的位置（线以下：第二遍）",
+    "no ablation": "不消融",
+    "accuracy, second copy": "准确率（第二遍）",
+    "zero one head (red: previous-token and induction head)": "把一个头置零（红色：前一词元头和归纳头）",
+    "uptraining step": "上训练步数",
+    "uptraining after mean-pooling the K/V heads": "K/V 头平均池化后的上训练",
+    # course_utils.viz
+    "key": "键（key）",
+    "query": "查询（query）",
+}
+
+PATTERNS = [(re.compile(p), r) for p, r in (
+    (r"^query '(.*)', τ = (\S+)$", r"查询 '\1'，τ = \2"),
+    (r"^cost of the Python loop \((\w+)\)$", r"Python 循环的开销（\1）"),
+    (r"^(\d+) head\(s\)$", r"\1 个头"),
+    (r"^head (\d+)$", r"头 \1"),
+    (r"^layer (\d+)$", r"第 \1 层"),
+    (r"^token (\d+)$", r"token \1"),
+    (r"^cached keys, head 0 \((\d+) of (\d+) tokens\)$", r"缓存的键，头 0（\2 个 token 中的 \1 个）"),
+    (r'^"(.*)" attends to the cache$', r'"\1" 关注缓存'),
+    (r"^cache for (\d+) tokens$", r"\1 个 token 的缓存"),
+    (r"^decoding (\d+) tokens$", r"解码 \1 个 token"),
+    (r"^(\d+) kv heads$", r"\1 个 KV 头"),
+    (r"^cos\(m θ_i\), head_dim=(.*)$", r"cos(m θ_i)，head_dim=\1"),
+    (r"^base (\S+)$", r"基数 base = \1"),
+    (r"^(\d+) of (\d+) tiles computed \(orange: masked inside, grey: skipped\)$",
+     r"已计算 \1 / \2 个分块（橙色：块内有遮挡，灰色：跳过）"),
+    (r"^(forward|forward \+ backward): (.*)$", lambda m: f"{LABELS[m.group(1)]}：{m.group(2)}"),
+    (r"^layer (\d+), head (\d+)(?: \((previous-token head|induction head)\))?\n(.*)$",
+     lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
+                + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
+                + "\n" + m.group(4))),
+)]
+
+
+def translate(text):
+    """The Chinese for figure text ``text``, or ``text`` itself when there is none."""
+    if not isinstance(text, str) or not text:
+        return text
+    if text in LABELS:
+        return LABELS[text]
+    for pattern, replacement in PATTERNS:
+        if pattern.match(text):
+            return pattern.sub(replacement, text, count=1)
+    return text
