@@ -17,6 +17,12 @@ TWINS = [twins.twin_path(p) for p in twins.english_notebooks()]
 
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
 LATIN = re.compile(r"[A-Za-z]")
+_HAN = r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]"
+# a paragraph's line ending in a Chinese character and the next line going on with one (lists, tables, headings,
+# HTML and code start new blocks and do not count)
+WRAPPED = re.compile(rf"^(?![ \t]*(?:[-*+|#<>]|\d+\.|```|\$\$)).*{_HAN}\n"
+                     rf"(?![ \t]*(?:[-*+|#<>]|\d+\.\s|```|\$\$))[ \t]*{_HAN}",
+                     re.M)
 # what is not prose: fenced code, inline code, math, link targets, HTML tags, URLs
 NOT_PROSE = [re.compile(p, re.S) for p in (r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]+\$",
                                            r"\]\([^)]*\)", r"<[^>\n]+>", r"https?://\S+")]
@@ -54,6 +60,9 @@ def test_twin_prose_is_chinese(path):
     english = [c["id"] for c in cells
                if len(LATIN.findall(prose("".join(c["source"])))) >= 40 and not CJK.search("".join(c["source"]))]
     assert not english, f"{path.name}: markdown cells without Chinese: {english}"
+    # Markdown turns a line break into a space, which shows between two Chinese characters: no break there
+    broken = [c["id"] for c in cells if WRAPPED.search("".join(c["source"]))]
+    assert not broken, f"{path.name}: a paragraph broken between two Chinese characters in cells {broken}"
 
 
 @pytest.mark.parametrize("path", TWINS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
