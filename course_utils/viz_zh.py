@@ -92,7 +92,6 @@ PATTERNS = [(re.compile(p), r) for p, r in (
     (r"^(\d+) head\(s\)$", r"\1 个头"),
     (r"^head (\d+)$", r"头 \1"),
     (r"^layer (\d+)$", r"第 \1 层"),
-    (r"^token (\d+)$", r"token \1"),
     (r"^cached keys, head 0 \((\d+) of (\d+) tokens\)$", r"缓存的键，头 0（\2 个 token 中的 \1 个）"),
     (r'^"(.*)" attends to the cache$', r'"\1" 关注缓存'),
     (r"^cache for (\d+) tokens$", r"\1 个 token 的缓存"),

@@ -38,7 +38,7 @@ _CJK_RENDERS_JS = """(selector) => {
     const style = getComputedStyle(el);
     const draw = ch => { g.clearRect(0, 0, 64, 64); g.font = `${style.fontSize} ${style.fontFamily}`;
                          g.fillText(ch, 4, 48); return g.getImageData(0, 0, 64, 64).data.join(','); };
-    const a = draw('注'), b = draw('意'), none = draw('\u{EFFFF}');
+    const a = draw('注'), b = draw('意'), none = draw('\\u{EFFFF}');
     return {text: el.textContent.slice(0, 30), font: style.fontFamily, ok: a !== b && a !== none && b !== none};
   });
 }"""
