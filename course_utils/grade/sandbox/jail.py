@@ -59,7 +59,7 @@ def build_lib(dest: Path, with_model: bool = False) -> Path:
     """The read-only tree mounted at /grader: the harness and the learner-side course_utils (with the course's
     GPT and the induction task when ``with_model``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("harness.py", "dialects.py"):
+    for name in ("harness.py", "dialects.py", "texts.py"):
         shutil.copy(_HERE / name, dest / name)
     site = dest / "course_utils"
     shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
