@@ -281,7 +281,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                    "最大值变大时没有重新缩放已经累加的输出：acc = exp(m - m_new) * acc + p @ v"),
     "mutant.sum_not_rescaled": ("the running sum is not rescaled when the maximum grows: l = exp(m - m_new) * l + "
                                 "p.sum(-1)",
-                                "最大值变大时没有重新缩放运行和：l = exp(m - m_new) * l + p.sum(-1)"),
+                                "最大值变大时没有重新缩放累加和：l = exp(m - m_new) * l + p.sum(-1)"),
     "mutant.divided_too_early": ("divided by the sum inside the loop: keep acc unnormalised and divide by l once, "
                                  "after the last tile",
                                  "在循环里就除以了和：acc 应当保持未归一化，等最后一个分块算完再除以 l，只除一次"),
@@ -600,7 +600,7 @@ CASE_TITLES = {
     "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache":
         "4 个头，每个宽 4，d_in=8，潜在维度 10，rope_dim 2：用矩阵吸收算 5 个 token，不带缓存",
     "the trained checkpoint": "训练好的 checkpoint",
-    "heads permuted": "打乱各层头的顺序",
+    "heads permuted": "打乱各层中头的顺序",
     "heads permuted, an inert layer in front": "打乱头的顺序，并在最前面插入一个不起作用的层",
     "heads permuted, an inert layer between the two trained layers": "打乱头的顺序，并在两个训练好的层之间插入一个不起作用的层",
     "heads permuted, an inert layer after the trained layers": "打乱头的顺序，并在训练好的层后面插入一个不起作用的层",
