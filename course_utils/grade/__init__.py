@@ -5,11 +5,16 @@ Each run draws its cases from a fresh secret seed. The learner's class runs on t
 for ``check``, in a sandboxed process for files), and only its raw outputs come back; the verdict is computed
 here: the reference on the same parameters and inputs, and known-wrong variants of it (mutants) to name the
 misconception whose outputs the learner's reproduce.
+
+The verdict speaks English or Chinese (``lang="zh"``, ``--lang zh``; by default the course's current language,
+which is Chinese in the notebooks of the ``zh-CN`` folders: see ``course_utils.lang``); the texts are in
+``messages``.
 """
 from __future__ import annotations
 
 from . import specs, specs_capstone
 from .diagnose import Result, total_checks, verdict
+from .messages import Msg
 from .protocol import Graded, class_delegation, run_in_process
 from .questions import answer, check_answers
 from .specs import EXERCISES
@@ -24,9 +29,9 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     graded = Graded(exercise, seed)
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
+        kind = "function" if exercise in specs.FUNCTION_EXERCISES else "class"
         return Result(exercise, False, 0.0, 0, total_checks(graded.cases), specs.NOT_IMPLEMENTED,
-                      [f"not implemented yet: define {'function' if exercise in specs.FUNCTION_EXERCISES else 'class'} "
-                       f"{specs.CONTRACT_CLASS[exercise]}"])
+                      [Msg("not_implemented.define_" + kind, name=specs.CONTRACT_CLASS[exercise])])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)
     if reason and ("course_utils" in reason or exercise in specs.INTERVIEW):
@@ -35,12 +40,13 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
     return verdict(exercise, records, graded.cases, refusals, assumed=graded.assumed)
 
 
-def check(exercise: str, cls, *, quiet: bool = False) -> Result:
-    """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result."""
+def check(exercise: str, cls, *, quiet: bool = False, lang: str | None = None) -> Result:
+    """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result.
+    ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
     if exercise in specs_capstone.EXERCISES:  # capstone hook: a function exercise (cls is the function)
         result = specs_capstone.grade_function(exercise, cls, seed=specs.new_seed())
     else:
         result = grade_class(exercise, cls)
     if not quiet:
-        print(result.report())
+        print(result.report(lang))
     return result

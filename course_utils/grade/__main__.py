@@ -1,7 +1,9 @@
-"""python -m course_utils.grade [--exercise ID] [--json] PATH | --batch DIR [--out OUT] [--trust-submissions]
+"""python -m course_utils.grade [--exercise ID] [--json] [--lang L] PATH | --batch DIR [--out OUT] [--trust-submissions]
 
 Exit code 0 when every check passes, 1 when something was graded and did not pass, 2 for usage errors
 (and for --batch without a sandbox, unless --trust-submissions), 3 when the grader itself failed.
+--lang picks the language of the report, the feedback files and grades.csv's status column (default: the course's
+current language: the environment variable ATTN_LANG, else Chinese inside a zh-CN folder, else English).
 """
 from __future__ import annotations
 
@@ -9,10 +11,19 @@ import argparse
 import json
 import sys
 
+from ..lang import LANGUAGES, current_language, normalize_language
 from . import runner
+from .messages import Msg, text
 from .sandbox import jail
 from .specs import EXERCISES
 from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone
+
+
+def _language(value: str) -> str:
+    try:
+        return normalize_language(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv=None) -> int:
@@ -27,51 +38,53 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=float, default=runner.CELL_TIMEOUT, help="seconds per cell")
     parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT, help="seconds per submission")
     parser.add_argument("--workers", type=int, default=None, help="parallel submissions (default: CPU cores)")
+    parser.add_argument("--lang", type=_language, default=None, metavar="{" + ",".join(LANGUAGES) + "}",
+                        help="language of the report and the feedback (default: the course's current language, "
+                             "ATTN_LANG or the zh-CN folder, else en)")
     args = parser.parse_args(argv)
+    lang = args.lang or current_language()
     limits = {"cell_timeout": args.cell_timeout, "total_timeout": args.timeout}
     exercises = [args.exercise] if args.exercise else None
     no_sandbox = jail.probe()
     if args.batch:
         if no_sandbox and not args.trust_submissions:
-            print(f"error: refusing to grade a folder of submissions without a sandbox: {no_sandbox}.\n"
-                  "Submissions are code from other people; install bubblewrap, or pass --trust-submissions "
-                  "if you trust every file.", file=sys.stderr)
+            print(Msg("cli.refuse_batch", why=no_sandbox).render(lang), file=sys.stderr)
             return 2
         from .batch import grade_folder
         try:
             graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
-                                                          exercises=exercises,
-                                                          trusted=args.trust_submissions, **limits)
+                                                          exercises=exercises, trusted=args.trust_submissions,
+                                                          lang=lang, **limits)
         except ValueError as exc:
-            parser.error(str(exc))
+            parser.error(text(exc.args[0], lang) if exc.args else str(exc))
         for name, why in skipped:
-            print(f"skipped {name}: {why}")
+            print(Msg("cli.skipped", name=name, why=why).render(lang))
         ok = sum(rep.passed for _, rep in graded)
-        print(f"graded {len(graded)} submissions ({ok} passed everything): {args.out}/grades.csv")
+        print(Msg("cli.graded", count=len(graded), passed=ok, out=args.out).render(lang))
         if grader_failed:
-            print(f"error: the grader failed on {', '.join(grader_failed)}", file=sys.stderr)
+            print(Msg("cli.grader_failed_on", names=", ".join(grader_failed)).render(lang), file=sys.stderr)
             return 3
         return 0 if ok == len(graded) else 1
     if not args.path:
-        parser.error("give a PATH to grade, or --batch DIR")
+        parser.error(Msg("cli.need_path").render(lang))
     try:
         report = runner.grade_file(args.path, exercises, sandboxed=no_sandbox is None, **limits)
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(text(exc.args[0], lang) if exc.args else str(exc))
     except Exception as exc:  # noqa: BLE001 - the grader's own failure
-        print(f"error: the grader failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(Msg("cli.grader_failed", type=type(exc).__name__, error=str(exc)).render(lang), file=sys.stderr)
         return 3
     if no_sandbox:
-        report.notes.append(f"graded without a sandbox ({no_sandbox})")
+        report.notes.append(Msg("run.no_sandbox", why=no_sandbox))
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
+        print(json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1))
     else:
         if report.error and not report.results:
-            print(f"❌ {report.error}")
+            print(Msg("cli.not_graded", error=report.error).render(lang))
         for r in report.results:
-            print(r.report())
+            print(r.report(lang))
         for note in report.notes:
-            print(f"   note: {note}")
+            print(Msg("cli.note", note=note).render(lang))
     return 0 if report.passed else 1
 
 

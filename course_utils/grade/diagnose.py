@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from . import specs
+from .messages import Msg, case_title, resolve, text
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -20,7 +21,7 @@ class Result:
     checks_passed: int
     checks_total: int
     diagnosis: str | None = None   # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
-    messages: list = field(default_factory=list)
+    messages: list = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
     assumed: str | None = None     # interview mode: the dialect and mask convention the grader assumed
 
     def __bool__(self):
@@ -28,14 +29,24 @@ class Result:
 
     @property
     def summary(self) -> str:
-        if self.passed:
-            return f"✅ {self.exercise}: all {self.checks_total} checks passed"
-        first = self.messages[0] if self.messages else "failed"
-        return f"❌ {self.exercise}: {self.checks_passed}/{self.checks_total} checks passed: {first}"
+        """The first line of the report, in the course's current language (``headline(lang)`` for another)."""
+        return self.headline()
 
-    def report(self) -> str:
-        lines = [self.summary] + [f"   {m}" for m in self.messages[1:]]
-        return "\n".join(lines + ([f"   ({self.assumed})"] if self.assumed else []))
+    def headline(self, lang: str | None = None) -> str:
+        if self.passed:
+            return Msg("result.passed", exercise=self.exercise, total=self.checks_total).render(lang)
+        first = self.messages[0] if self.messages else Msg("result.no_reason")
+        return Msg("result.failed", exercise=self.exercise, passed=self.checks_passed, total=self.checks_total,
+                   first=first).render(lang)
+
+    def report(self, lang: str | None = None) -> str:
+        """The pass line, or the diagnosis and its details: in ``lang`` ('en' or 'zh'; default: the course's
+        current language, see course_utils.lang)."""
+        lang = resolve(lang)
+        lines = [self.headline(lang)] + [f"   {text(m, lang)}" for m in self.messages[1:]]
+        if self.assumed:
+            lines.append("   " + Msg("result.assumed", assumed=self.assumed).render(lang))
+        return "\n".join(lines)
 
     def __str__(self):
         return self.report()
@@ -43,8 +54,14 @@ class Result:
     def _repr_pretty_(self, p, cycle):  # IPython shows the summary, not a dataclass dump
         p.text(self.report())
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self, lang: str | None = None) -> dict:
+        """The fields as plain data, the texts in ``lang`` (default: the course's current language); the exercise
+        and the diagnosis stay identifiers, the same in every language."""
+        lang = resolve(lang)
+        out = asdict(self)
+        out.update(exercise=str(self.exercise), messages=[text(m, lang) for m in self.messages],
+                   assumed=text(self.assumed, lang))
+        return out
 
 
 def _close(a, b, lenient_nan=False, tol=(RTOL, ATOL)) -> bool:
@@ -61,18 +78,22 @@ def _shape(t):
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-_WHAT = {"out": "the output", "keys": "present keys", "values": "present values"}
+_WHAT = {"out": "label.out", "keys": "label.keys", "values": "label.values"}
 
 
-def _label(name: str, single: bool) -> str:
+def _what(name: str):
+    return Msg(_WHAT[name]) if name in _WHAT else name  # other outputs (lse, c_kv, ...) go by their own names
+
+
+def _label(name: str, single: bool):
     step, _, rest = name.partition(".")
     if not rest:
-        return _WHAT.get(step, step)
+        return _what(step)
     if rest.startswith("grad."):
-        what = "the gradient of the input" if rest == "grad.x" else f"the gradient of {rest[5:]}"
+        what = Msg("label.grad_input") if rest == "grad.x" else Msg("label.grad", param=rest[5:])
     else:
-        what = _WHAT.get(rest, rest)
-    return what if single else f"{step}: {what}"
+        what = _what(rest)
+    return what if single else Msg("label.step", step=step, what=what)
 
 
 def compare(learner: dict, expected: dict, single: bool = True, only_out: bool = False,
@@ -85,22 +106,22 @@ def compare(learner: dict, expected: dict, single: bool = True, only_out: bool =
         label = _label(name, single)
         if exp is None:
             if got is not None:
-                return f"{label} must be None when use_cache=False"
+                return Msg("compare.not_none", label=label)
             continue
         if got is None:
             if ".grad." in name:
-                return f"{label} is missing"
-            return f"{label} is None, expected a tensor of shape {_shape(exp)}"
+                return Msg("compare.missing", label=label)
+            return Msg("compare.none", label=label, shape=_shape(exp))
         if not isinstance(got, torch.Tensor):
-            return f"{label} is {got}, expected a tensor of shape {_shape(exp)}"
+            return Msg("compare.not_tensor", label=label, got=str(got), shape=_shape(exp))
         if got.shape != exp.shape:
-            extra = " ([b, num_heads, n_past + n_new, head_dim])" if name.endswith(("keys", "values")) else ""
-            return f"{label} has shape {_shape(got)} but the contract needs {_shape(exp)}{extra}"
+            extra = Msg("compare.cache_layout") if name.endswith(("keys", "values")) else ""
+            return Msg("compare.shape", label=label, got=_shape(got), need=_shape(exp), extra=extra)
         if not _close(got, exp, lenient_nan and ".grad." in name, tol):
             if torch.isnan(got).any() and not torch.isnan(exp).any():
-                return f"{label} contains NaN"
+                return Msg("compare.nan", label=label)
             diff = (got.double() - exp.double()).abs().nan_to_num(float("inf")).max().item()
-            return f"{label} differs from the reference (max abs difference {diff:.3g})"
+            return Msg("compare.differs", label=label, diff=diff)
     return None
 
 
@@ -124,13 +145,13 @@ def _matches(exercise, cases, records, mutant) -> bool:
     return True
 
 
-def _error_line(err: dict) -> str:
-    where = {"construct": "constructing the module", "load": "loading the grader's parameters",
-             "forward": "forward", "backward": "the backward pass"}[err["where"]]
+def _error_line(err: dict) -> Msg:
+    where = Msg("where." + err["where"])  # construct | load | forward | backward
     if err["contract"]:
-        return f"contract: {err['message']}"
-    text = f"{err['type']} in {where}: {err['message']}"
-    return text + (f" (your {err['line']})" if err["line"] else "")
+        return Msg("error.contract", message=err["message"])
+    if err["line"]:
+        return Msg("error.in_line", type=err["type"], where=where, message=err["message"], line=err["line"])
+    return Msg("error.in", type=err["type"], where=where, message=err["message"])
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -179,8 +200,7 @@ def dropout_problem(case: specs.Case, outputs: dict):
         ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
         if ratio > 1 and abs(ratio - 1 / (1 - p)) > 1e-3:
             key, message = specs.DROPOUT_WRONG
-            return key, (f"{message}; the kept weights are scaled by {ratio:.3g}, as for dropout "
-                         f"p={1 - 1 / ratio:.2g}, but the constructor's dropout is {p:g}")
+            return key, Msg("dropout_wrong_scale", base=message, ratio=ratio, p_seen=1 - 1 / ratio, p=p)
     return specs.DROPOUT_WRONG
 
 
@@ -208,9 +228,9 @@ def _refusals(exercise, records, refusals):
     for rec in records:
         for call in rec.get("calls", []):
             if call.startswith("course_utils"):
-                refusals.append(f"calls course_utils' reference code ({call})")
+                refusals.append(Msg("refusal.calls_course", call=call))
             elif interview:
-                refusals.append(f"uses {call}, which interview mode does not allow")
+                refusals.append(Msg("refusal.interview_call", call=call))
     return list(dict.fromkeys(refusals))
 
 
@@ -227,10 +247,7 @@ def _verdict(exercise, records, cases, refusals):
     interview = exercise in specs.INTERVIEW
     if refusals:
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"
-        head = ("no credit: interview mode (手撕MHA) asks for the computation by hand, without "
-                "F.scaled_dot_product_attention, nn.MultiheadAttention or course_utils" if key == "forbidden"
-                else "no credit: the submission delegates to course_utils' reference implementation")
-        return Result(exercise, False, 0.0, 0, total, key, [head + ": " + refusals[0]] + refusals[1:])
+        return Result(exercise, False, 0.0, 0, total, key, [Msg("refused." + key, first=refusals[0])] + refusals[1:])
 
     reasons, dropout = [], None
     for case, rec in zip(cases, records):
@@ -252,8 +269,8 @@ def _verdict(exercise, records, cases, refusals):
         return Result(exercise, True, 1.0, total, total, None, [])
     score = round(passed / total, 3)
     whys = {why for _, why in reasons}
-    details = ([f"every case: {reasons[0][1]}"] if len(reasons) == len(cases) > 1 and len(whys) == 1
-               else [f"case '{name}': {why}" for name, why in reasons])
+    details = ([Msg("detail.every_case", why=reasons[0][1])] if len(reasons) == len(cases) > 1 and len(whys) == 1
+               else [Msg("detail.case", case=case_title(name), why=why) for name, why in reasons])
 
     def result(key, message):
         same = len(details) == 1 and details[0].endswith(message)  # said once is enough
@@ -262,8 +279,7 @@ def _verdict(exercise, records, cases, refusals):
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         return Result(exercise, False, 0.0, 0, total, specs.NOT_IMPLEMENTED,
-                      [f"not implemented yet: write {specs.CONTRACT_CLASS[exercise]} (it raises "
-                       "NotImplementedError)"])
+                      [Msg("not_implemented.write", name=specs.CONTRACT_CLASS[exercise])])
     if nondeterministic:
         return result(*specs.DROPOUT_EVAL)
     if dropout and len(reasons) == 1:
@@ -281,9 +297,8 @@ def _verdict(exercise, records, cases, refusals):
         if _matches(exercise, cases, records, mutant):
             return result(mutant.key, mutant.message)
     if any("shape" in why for _, why in reasons):
-        return result("wrong_shape", "wrong output shape: " + next(w for _, w in reasons if "shape" in w))
-    return result("wrong_values", "outputs differ from the reference, and match no known mistake; compare your "
-                                  "steps with the notebook's")
+        return result("wrong_shape", Msg("wrong_shape", why=next(w for _, w in reasons if "shape" in w)))
+    return result("wrong_values", Msg("wrong_values"))
 
 
 def failure(exercise: str, key: str, message: str) -> Result:

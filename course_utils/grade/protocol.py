@@ -13,7 +13,8 @@ import sys
 import torch
 from torch import nn
 
-from .sandbox import harness
+from .messages import Msg, from_child, joined
+from .sandbox import dialects, harness
 from .specs import (CONTRACT_ARGS, CONTRACT_CLASS, FUNCTION_EXERCISES, INTERVIEW, Case, make_cases, make_square_cases,
                     without_biases)
 
@@ -67,15 +68,35 @@ class Graded:
         dialect = raw[0].get("dialect") if isinstance(raw, list) and raw and isinstance(raw[0], dict) else None
         if self.square is not None and dialect is not None:
             if not isinstance(dialect, dict):
-                raise BadResult("dialect is not a mapping")
+                raise BadResult(Msg("bad.dialect"))
             no_bias = dialect.get("no_bias")
             if not isinstance(no_bias, list) or not set(no_bias) <= {"q", "k", "v", "o"}:
-                raise BadResult("malformed dialect")
-            name, mask = str(dialect.get("name"))[:80], str(dialect.get("mask"))[:80]
+                raise BadResult(Msg("bad.dialect_fields"))
+            name, mask = _dialect_name(str(dialect.get("name"))[:80]), _mask_convention(str(dialect.get("mask"))[:80])
             self.cases = [without_biases(c, no_bias) for c in self.square]
-            self.assumed = (f"graded as the {name} dialect; mask convention: {mask}"
-                            + (f"; no bias on {', '.join(no_bias)}" if no_bias else ""))
+            self.assumed = (Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ",")) if no_bias
+                            else Msg("assumed", name=name, mask=mask))
         return validate(raw, self.cases)
+
+
+def _dialect_name(name: str):
+    """The name of the dialect the child reported (dialects.build), as a text of the catalogue."""
+    if name == dialects.BOOK:
+        return Msg("dialect.book")
+    if name == dialects.ANNOTATED:
+        return Msg("dialect.annotated")
+    return Msg("dialect.signature", signature=name)
+
+
+_MASK_KEYS = dict(zip(dialects.MASKS, ("mask.built_in", "mask.keep", "mask.hidden", "mask.additive")))
+
+
+def _mask_convention(mask: str):
+    """The mask convention the child settled on (dialects.Caller.settle), as a text of the catalogue."""
+    base = mask[:-len(dialects.NOT_CAUSAL)] if mask.endswith(dialects.NOT_CAUSAL) else mask
+    if base not in _MASK_KEYS:
+        return mask
+    return Msg("mask.not_causal", mask=Msg(_MASK_KEYS[base])) if base != mask else Msg(_MASK_KEYS[base])
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -100,19 +121,28 @@ def _expected_names(case: Case, params: list) -> set:
     return names
 
 
+def with_texts(clean: dict, raw: dict) -> dict:
+    """``clean``'s message and line as texts the grader can render in the learner's language, from the said forms
+    the child sent beside them (``raw``); where those are missing or do not say the same, the English stays."""
+    clean["message"] = from_child(raw.get("said"), clean["message"])
+    clean["line"] = from_child(raw.get("line_said"), clean["line"])
+    return clean
+
+
 def _clean_error(err) -> dict | None:
     if err is None:
         return None
     if not isinstance(err, dict):
-        raise BadResult("error is not a mapping")
+        raise BadResult(Msg("bad.error"))
     clean = {}
     for key, kind in _ERROR_FIELDS.items():
         value = err.get(key)
         if not isinstance(value, kind):
-            raise BadResult(f"error field {key!r} has the wrong type")
+            raise BadResult(Msg("bad.error_field", field=repr(key)))
         clean[key] = value[:harness.MAX_MESSAGE] if isinstance(value, str) else value
     if clean["where"] not in _WHERES:
-        raise BadResult("unknown error place")
+        raise BadResult(Msg("bad.error_place"))
+    with_texts(clean, err)
     clean["not_implemented"] = err.get("not_implemented") is True
     clean["contract"] = err.get("contract") is True
     step = err.get("step", 1)
@@ -124,16 +154,16 @@ def validate(records, cases: list) -> list:
     """The learner's records reduced to the schema: one per case, plain float tensors or None under the
     expected names (anything else becomes a description string), bounded sizes. Raises BadResult."""
     if not isinstance(records, list) or len(records) != len(cases):
-        raise BadResult("wrong number of case records")
+        raise BadResult(Msg("bad.records"))
     clean = []
     for case, rec in zip(cases, records):
         if not isinstance(rec, dict):
-            raise BadResult("a case record is not a mapping")
+            raise BadResult(Msg("bad.record"))
         params = list(case.params)
         allowed = _expected_names(case, params)
         outputs = rec.get("outputs") or {}
         if not isinstance(outputs, dict):
-            raise BadResult("outputs is not a mapping")
+            raise BadResult(Msg("bad.outputs"))
         kept = {}
         for name, value in outputs.items():
             if name not in allowed:
@@ -148,7 +178,7 @@ def validate(records, cases: list) -> list:
                 kept[name] = str(value)[:80]
         calls = rec.get("calls") or []
         if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
-            raise BadResult("calls is not a list of names")
+            raise BadResult(Msg("bad.calls"))
         clean.append({"case": case.name, "error": _clean_error(rec.get("error")), "outputs": kept,
                       "calls": [c[:80] for c in calls[:20]]})
     return clean
@@ -203,16 +233,16 @@ def class_delegation(cls, exercise: str) -> str | None:
     if not isinstance(cls, type):  # a function exercise
         module = getattr(cls, "__module__", "") or ""
         if module.startswith("course_utils") and not module.startswith("course_utils.grade"):
-            return f"{getattr(cls, '__name__', 'the function')} is course_utils' own ({module})"
+            return Msg("delegation.function", name=getattr(cls, "__name__", "the function"), module=module)
         return None
     for base in cls.__mro__:
         module = getattr(base, "__module__", "") or ""
         if module.startswith("course_utils") and not module.startswith("course_utils.grade"):
-            return f"{cls.__name__} is (or subclasses) course_utils' {base.__name__}"
+            return Msg("delegation.class", cls=cls.__name__, base=base.__name__)
         if base is nn.MultiheadAttention:
-            return f"{cls.__name__} subclasses nn.MultiheadAttention"
+            return Msg("delegation.mha", cls=cls.__name__)
     forward = getattr(cls, "forward", None)
     fmod = getattr(forward, "__module__", "") or ""
     if fmod.startswith("course_utils") and not fmod.startswith("course_utils.grade"):
-        return f"{cls.__name__}.forward comes from {fmod}"
+        return Msg("delegation.forward", cls=cls.__name__, module=fmod)
     return None

@@ -6,13 +6,14 @@ import math
 from dataclasses import dataclass, field
 
 from .diagnose import Result
+from .messages import Msg, joined
 
-LLAMA2_7B = "Llama-2-7B (32 layers, 32 heads, 32 KV heads, head_dim 128)"
+LLAMA2_7B = Msg("q.llama2_7b")  # Llama-2-7B (32 layers, 32 heads, 32 KV heads, head_dim 128)
 
 
 @dataclass(frozen=True)
 class Question:
-    text: str
+    text: str                       # the question (a text of messages.py)
     answer: object                  # a number, or the canonical phrase of a choice
     wrong: dict = field(default_factory=dict)  # a known wrong answer -> what it means
     accept: tuple = ()              # other spellings of a choice
@@ -20,25 +21,22 @@ class Question:
 
 QUESTIONS = {
     "kv_cache_bytes": Question(
-        f"bytes of the KV cache of {LLAMA2_7B} for one sequence of 4096 tokens in float16",
+        Msg("q.kv_cache_bytes", model=LLAMA2_7B),
         2 * 32 * 32 * 128 * 4096 * 2,
-        {32 * 32 * 128 * 4096 * 2: "that is only K (or only V): the cache holds both, a factor of 2",
-         2 * 32 * 32 * 128 * 4096 * 4: "4 bytes per number is float32; the question says float16 (2 bytes)",
-         2 * 32 * 128 * 4096 * 2: "that is one layer's cache: multiply by the 32 layers",
-         2.0: "2 GiB is right, but the question asks for bytes: 2 * 2**30"}),
+        {32 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.only_k"),
+         2 * 32 * 32 * 128 * 4096 * 4: Msg("q.kv_cache_bytes.float32"),
+         2 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.one_layer"),
+         2.0: Msg("q.kv_cache_bytes.gib")}),
     "score_flops": Question(
-        f"FLOPs of the score matrix Q·Kᵀ in one layer of {LLAMA2_7B} for 4096 tokens, batch 1, prefill "
-        "(a multiply-add counts as 2 FLOPs)",
+        Msg("q.score_flops", model=LLAMA2_7B),
         2 * 32 * 4096 * 4096 * 128,
-        {32 * 4096 * 4096 * 128: "that counts multiply-adds: each is 2 FLOPs",
-         2 * 4096 * 4096 * 128: "that is one head: there are 32",
-         2 * 4096 * 4096 * 4096: "the inner dimension of Q·Kᵀ per head is head_dim (128), not d_model; over 32 heads "
-                                 "that is 4096 in total, so this is right only if you also dropped the heads"}),
+        {32 * 4096 * 4096 * 128: Msg("q.score_flops.multiply_adds"),
+         2 * 4096 * 4096 * 128: Msg("q.score_flops.one_head"),
+         2 * 4096 * 4096 * 4096: Msg("q.score_flops.d_model")}),
     "grows_with_context": Question(
-        "during decoding, which grows with the context length: 'queries', 'keys and values' or 'weights'?",
+        Msg("q.grows_with_context"),
         "keys and values",
-        {"queries": "only the new token's query is needed at each step: that is why the cache holds no Q",
-         "weights": "the parameters are fixed; what grows is the cache of keys and values"},
+        {"queries": Msg("q.grows_with_context.queries"), "weights": Msg("q.grows_with_context.weights")},
         accept=("kv", "k and v", "keys/values", "kv cache", "the kv cache", "keys, values", "k, v")),
 }
 
@@ -52,50 +50,51 @@ def grade_answer(question_id: str, value) -> Result:
     if question_id not in QUESTIONS:
         raise ValueError(f"unknown question {question_id!r}; known: {', '.join(QUESTIONS)}")
     q = QUESTIONS[question_id]
-    name = f"question {question_id}"
+    name = Msg("question", id=question_id)
     if value is None:
-        return Result(name, False, 0.0, 0, 1, "not_implemented", [f"not implemented yet: answer {q.text}"])
+        return Result(name, False, 0.0, 0, 1, "not_implemented", [Msg("not_implemented.answer", question=q.text)])
     if isinstance(q.answer, str):
         given = _norm(value)
         if given in {_norm(q.answer), *map(_norm, q.accept)}:
             return Result(name, True, 1.0, 1, 1)
-        why = q.wrong.get(given)
-        return Result(name, False, 0.0, 0, 1, "wrong_answer", [why or f"{value!r} is not it: {q.text}"])
+        why = q.wrong.get(given) or Msg("q.not_it", value=repr(value), question=q.text)
+        return Result(name, False, 0.0, 0, 1, "wrong_answer", [why])
     try:
         number = float(value)
     except (TypeError, ValueError):
-        return Result(name, False, 0.0, 0, 1, "wrong_answer", [f"expected a number, got {value!r}"])
+        return Result(name, False, 0.0, 0, 1, "wrong_answer", [Msg("q.not_a_number", value=repr(value))])
     if math.isclose(number, q.answer, rel_tol=1e-6):
         return Result(name, True, 1.0, 1, 1)
     for wrong, why in q.wrong.items():
         if math.isclose(number, wrong, rel_tol=1e-6):
             return Result(name, False, 0.0, 0, 1, "wrong_answer", [why])
     ratio = number / q.answer if q.answer else float("inf")
-    return Result(name, False, 0.0, 0, 1, "wrong_answer",
-                  [f"{value:g} is {ratio:.3g} times the answer: recount the factors of {q.text}"])
+    return Result(name, False, 0.0, 0, 1, "wrong_answer", [Msg("q.ratio", value=value, ratio=ratio, question=q.text)])
 
 
-def answer(question_id: str, value, *, quiet: bool = False) -> Result:
-    """The self-check for a numeric follow-up: prints a pass line or what the wrong answer means."""
+def answer(question_id: str, value, *, quiet: bool = False, lang: str | None = None) -> Result:
+    """The self-check for a numeric follow-up: prints a pass line or what the wrong answer means (in ``lang``,
+    default: the course's current language)."""
     result = grade_answer(question_id, value)
     if not quiet:
-        print(result.report())
+        print(result.report(lang))
     return result
 
 
-def check_answers(answers: dict, *, quiet: bool = False) -> Result:
-    """Several follow-ups at once: one Result ("interview_numbers") whose score is the share answered right."""
+def check_answers(answers: dict, *, quiet: bool = False, lang: str | None = None) -> Result:
+    """Several follow-ups at once: one Result ("interview_numbers") whose score is the share answered right
+    (printed in ``lang``, default: the course's current language)."""
     results = {q: grade_answer(q, v) for q, v in answers.items()}
     passed = sum(r.passed for r in results.values())
     total = len(results)
     if passed == total:
         result = Result("interview_numbers", True, 1.0, total, total)
     else:
-        wrong = [f"{q}: {r.messages[0]}" for q, r in results.items() if not r.passed]
+        wrong = [Msg("q.line", question=q, why=r.messages[0]) for q, r in results.items() if not r.passed]
         key = "not_implemented" if all(r.diagnosis == "not_implemented" for r in results.values()) else "wrong_answer"
         result = Result("interview_numbers", False, round(passed / total, 3), passed, total, key,
-                        ["not implemented yet: " + "; ".join(wrong) if key == "not_implemented" else wrong[0]]
-                        + ([] if key == "not_implemented" else wrong[1:]))
+                        [Msg("not_implemented.answers", answers=joined(wrong)) if key == "not_implemented"
+                         else wrong[0]] + ([] if key == "not_implemented" else wrong[1:]))
     if not quiet:
-        print(result.report())
+        print(result.report(lang))
     return result

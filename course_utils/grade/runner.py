@@ -10,6 +10,7 @@ import torch
 
 from . import protocol, source, specs, specs_capstone
 from .diagnose import failure, verdict
+from .messages import Msg, from_child, resolve, text
 from .questions import QUESTIONS, grade_answer
 from .sandbox import jail
 
@@ -28,9 +29,11 @@ class SubmissionReport:
     def passed(self) -> bool:
         return self.error is None and bool(self.results) and all(self.results)
 
-    def to_dict(self) -> dict:
-        return {"path": self.path, "passed": self.passed, "error": self.error, "notes": self.notes,
-                "results": [r.to_dict() for r in self.results]}
+    def to_dict(self, lang: str | None = None) -> dict:
+        """Plain data, the texts in ``lang`` (default: the course's current language)."""
+        lang = resolve(lang)
+        return {"path": self.path, "passed": self.passed, "error": text(self.error, lang),
+                "notes": [text(n, lang) for n in self.notes], "results": [r.to_dict(lang) for r in self.results]}
 
 
 def _fail_all(report, exercises, key, message):
@@ -41,6 +44,13 @@ def _fail_all(report, exercises, key, message):
 
 def _strings(value, limit=50) -> list:
     return [str(v)[:400] for v in value[:limit]] if isinstance(value, list) else []
+
+
+def _notes(data) -> list:
+    """The child's notes, as texts in the learner's language where it sent their said forms too."""
+    notes, said = _strings(data.get("notes")), data.get("notes_said")
+    said = said if isinstance(said, list) and len(said) >= len(notes) else [None] * len(notes)
+    return [from_child(tree, note) for note, tree in zip(notes, said)]
 
 
 def _answers(raw) -> list:
@@ -62,21 +72,20 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False):
     outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed,
                        with_model=with_model)
     if outcome.timed_out:
-        return None, ("timeout", f"grading stopped after {total_timeout:g} s (an infinite loop?)")
+        return None, ("timeout", Msg("run.timeout", seconds=total_timeout))
     if outcome.too_big:
-        return None, ("crashed", "the submission's grading result was too large")
+        return None, ("crashed", Msg("run.too_large"))
     if not outcome.result:
         tail = outcome.stderr_tail.strip().splitlines()[-1:]
-        why = f"the submission ended the grading process (exit code {outcome.returncode}) before any result"
-        if (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137):
-            why += ", out of memory?"
-        return None, ("crashed", why + (f": {tail[0][:200]}" if tail else ""))
+        memory = (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137)
+        return None, ("crashed", Msg("run.ended", code=outcome.returncode, memory=Msg("run.ended_memory") if memory
+                                     else "", tail=Msg("run.ended_tail", text=tail[0][:200]) if tail else ""))
     try:
         data = torch.load(io.BytesIO(outcome.result), weights_only=True)
         if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
-            raise protocol.BadResult("not a mapping of exercises")
+            raise protocol.BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
-        return None, ("crashed", f"unreadable grading result ({type(exc).__name__})")
+        return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
     return data, None
 
 
@@ -85,11 +94,11 @@ def _model_records(entry, count) -> list:
     and an error; raises BadResult."""
     raw = entry.get("records")
     if not isinstance(raw, list) or len(raw) != count:
-        raise protocol.BadResult("wrong number of model records")
+        raise protocol.BadResult(Msg("bad.model_records"))
     records = []
     for i, rec in enumerate(raw):
         if not isinstance(rec, dict):
-            raise protocol.BadResult("a model record is not a mapping")
+            raise protocol.BadResult(Msg("bad.model_record"))
         answer = rec.get("answer")
         if isinstance(answer, list) and len(answer) == 2 and all(type(v) is int for v in answer):
             answer = list(answer)
@@ -98,10 +107,10 @@ def _model_records(entry, count) -> list:
         err = rec.get("error")
         if err is not None:
             if not isinstance(err, dict):
-                raise protocol.BadResult("error is not a mapping")
-            err = {"type": str(err.get("type"))[:80], "message": str(err.get("message"))[:1200],
-                   "line": None if err.get("line") is None else str(err.get("line"))[:300],
-                   "not_implemented": err.get("not_implemented") is True, "where": "call"}
+                raise protocol.BadResult(Msg("bad.error"))
+            err = protocol.with_texts({"type": str(err.get("type"))[:80], "message": str(err.get("message"))[:1200],
+                                       "line": None if err.get("line") is None else str(err.get("line"))[:300],
+                                       "not_implemented": err.get("not_implemented") is True, "where": "call"}, err)
         records.append({"case": i, "error": err, "answer": answer, "calls": []})
     return records
 
@@ -121,22 +130,25 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     try:
         cells = source.read_cells(path)
     except source.SubmissionError as exc:
-        return _fail_all(report, exercises or [], "unreadable", str(exc))
+        return _fail_all(report, exercises or [], "unreadable", exc.args[0])
     exercises = list(exercises or source.find_exercises(cells))
     if not exercises:
-        report.error = "no exercise found: no check(\"id\", ...) call and no contract class name"
+        report.error = Msg("run.no_exercise")
         return report
 
     prepared, notes = [], []
     for cell in cells:
         code, note = source.prepare_cell(cell["source"])
         if note:
-            notes.append(f"cell {cell['index']}: {note}")
+            notes.append(Msg("run.cell_note", cell=cell["index"], note=note))
         if code.strip():
             prepared.append({"index": cell["index"], "source": code})
-    where = (lambda c: f"cell {c['index']}: ") if len(cells) > 1 else (lambda c: "")
-    imports = [f"imports {where(c)}{imp}" for c in prepared for imp in source.course_imports(c["source"])]
-    forbidden = [f"uses {where(c)}{v}" for c in prepared for v in source.interview_violations(c["source"])]
+
+    def said(key, c, what):  # "imports cell 3: ..." when the submission has several cells
+        return Msg(key + "_cell", cell=c["index"], what=what) if len(cells) > 1 else Msg(key, what=what)
+
+    imports = [said("refusal.imports", c, imp) for c in prepared for imp in source.course_imports(c["source"])]
+    forbidden = [said("refusal.uses", c, v) for c in prepared for v in source.interview_violations(c["source"])]
     models = [ex for ex in exercises if ex in specs_capstone.EXERCISES]
     exercises = [ex for ex in exercises if ex not in models]
 
@@ -148,7 +160,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         if failed:
             _fail_all(report, exercises, *failed)
         else:
-            report.notes = notes + _strings(data.get("notes"))
+            report.notes = notes + _notes(data)
             report.results += _answers(data.get("answers"))
             report.results += [_verdict(ex, data, graded[ex], imports, forbidden, report.notes) for ex in exercises]
     for ex in models:
@@ -163,15 +175,15 @@ def _verdict(ex, data, graded, imports, forbidden, notes):
         return verdict(ex, [], graded.cases, refusals=refusals)
     entry = data["exercises"].get(ex)
     if not isinstance(entry, dict):
-        return failure(ex, "missing", f"{ex} was not graded")
+        return failure(ex, "missing", Msg("run.not_graded", exercise=ex))
     missing = entry.get("missing")
     if missing is not None:
-        hint = f" ({notes[0]})" if notes else ""
-        return failure(ex, "missing", str(missing)[:300] + hint)
+        missing = from_child(entry.get("missing_said"), str(missing)[:300])
+        return failure(ex, "missing", Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
     try:
         records = graded.resolve(entry.get("records"))
     except protocol.BadResult as exc:
-        return failure(ex, "crashed", f"malformed grading result: {exc}")
+        return failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""))
     return verdict(ex, records, graded.cases, assumed=graded.assumed)
 
 
@@ -189,16 +201,18 @@ def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxe
     if failed:
         return specs_capstone.failure(ex, *failed, seed=seed)
     if not report.notes:
-        report.notes = _strings(data.get("notes"))
+        report.notes = _notes(data)
     entry = data["exercises"].get(ex)
     if not isinstance(entry, dict):
-        return specs_capstone.failure(ex, "missing", f"{ex} was not graded", seed=seed)
+        return specs_capstone.failure(ex, "missing", Msg("run.not_graded", exercise=ex), seed=seed)
     if entry.get("missing") is not None:
-        return specs_capstone.failure(ex, "missing", str(entry["missing"])[:300], seed=seed)
+        missing = from_child(entry.get("missing_said"), str(entry["missing"])[:300])
+        return specs_capstone.failure(ex, "missing", missing, seed=seed)
     try:
         records = _model_records(entry, len(cases))
     except protocol.BadResult as exc:
-        return specs_capstone.failure(ex, "crashed", f"malformed grading result: {exc}", seed=seed)
+        return specs_capstone.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""),
+                                      seed=seed)
     for rec, case in zip(records, cases):
         rec["case"] = case.name
     return specs_capstone.verdict(ex, records, None, seed)

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+from .messages import Msg
 from .specs import CONTRACT_CLASS, EXERCISES, INTERVIEW
 from .specs_capstone import CONTRACT_FUNCTION
 from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone: a function graded on trained models
@@ -33,21 +34,21 @@ def read_cells(path) -> list[dict]:
     """Code cells as [{'index', 'source', 'grade_id'}]; a .py file is one cell. BOM and CRLF are fine."""
     path = Path(path)
     if path.suffix not in (".py", ".ipynb"):
-        raise SubmissionError(f"{path.name}: only .py and .ipynb submissions are graded")
+        raise SubmissionError(Msg("source.not_a_submission", name=path.name))
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SubmissionError(f"cannot read {path.name}: {exc}") from None
+        raise SubmissionError(Msg("source.cannot_read", name=path.name, error=str(exc))) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if path.suffix == ".py":
         return [{"index": 0, "source": text, "grade_id": None}]
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SubmissionError(f"{path.name} is not a valid notebook (invalid JSON: {exc})") from None
+        raise SubmissionError(Msg("source.invalid_json", name=path.name, error=str(exc))) from None
     raw = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(raw, list):
-        raise SubmissionError(f"{path.name} is not a valid notebook (no list of cells)")
+        raise SubmissionError(Msg("source.no_cells", name=path.name))
     cells = []
     for i, cell in enumerate(raw):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -67,7 +68,7 @@ _HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TEST
 _LINE_MAGIC = re.compile(r"^(\s*)[%!](\w*)\s*(.*)$")
 
 
-def prepare_cell(source: str) -> tuple[str, str | None]:
+def prepare_cell(source: str) -> tuple[str, Msg | None]:
     """The Python a cell runs when graded, and a note when something was left out. Line magics and shell
     lines become ``pass`` (``%time stmt`` runs stmt); ``%%time``-like cell magics run their body; other
     cell magics skip the cell."""
@@ -79,7 +80,7 @@ def prepare_cell(source: str) -> tuple[str, str | None]:
     if first.startswith("%%"):
         name = first[2:].split()[0] if first[2:].split() else ""
         if name not in _PYTHON_CELL_MAGICS:
-            return "", f"skipped a %%{name} cell (not Python)"
+            return "", Msg("source.skipped_magic", name=name)
         lines = [""] + lines[1:]  # keep the line numbers
     out = []
     for line in lines:
@@ -164,22 +165,25 @@ def course_imports(source: str) -> list[str]:
                 parts = a.name.split(".")
                 if parts[0] == "course_utils":
                     if len(parts) > 1 and parts[1] not in ALLOWED_COURSE_NAMES:
-                        found.append(f"{a.name} (line {node.lineno})")
+                        found.append(_at(a.name, node))
                     elif len(parts) == 1:
                         aliases.add(a.asname or "course_utils")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "course_utils":
             parts = node.module.split(".")
             if len(parts) > 1:
                 if parts[1] not in ALLOWED_COURSE_NAMES:
-                    found.append(f"{node.module} (line {node.lineno})")
+                    found.append(_at(node.module, node))
             else:
-                found += [f"course_utils.{a.name} (line {node.lineno})" for a in node.names
-                          if a.name not in ALLOWED_COURSE_NAMES]
+                found += [_at(f"course_utils.{a.name}", node) for a in node.names if a.name not in ALLOWED_COURSE_NAMES]
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                 and node.attr not in ALLOWED_COURSE_NAMES):
-            found.append(f"course_utils.{node.attr} (line {node.lineno})")
+            found.append(_at(f"course_utils.{node.attr}", node))
     return found
+
+
+def _at(name: str, node) -> Msg:
+    return Msg("source.at_line", name=name, line=node.lineno)
 
 
 def _forbidden_name(name) -> bool:
@@ -198,10 +202,10 @@ def interview_violations(source: str) -> list[str]:
         name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
                 else node.value if isinstance(node, ast.Constant) else None)
         if _forbidden_name(name):
-            found.append(f"{name} (line {node.lineno})")
+            found.append(_at(name, node))
         elif (isinstance(node, ast.Attribute) and node.attr == "aten" and isinstance(node.value, ast.Attribute)
               and node.value.attr == "ops"):
-            found.append(f"torch.ops.aten (line {node.lineno})")
+            found.append(_at("torch.ops.aten", node))
         if isinstance(node, (ast.ImportFrom, ast.Import)):
-            found += [f"{a.name} (line {node.lineno})" for a in node.names if _forbidden_name(a.name)]
+            found += [_at(a.name, node) for a in node.names if _forbidden_name(a.name)]
     return list(dict.fromkeys(found))

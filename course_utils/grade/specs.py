@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from .messages import Msg
+
 EXERCISES = ("self_attention", "causal", "wrapper", "mha", "mha_interview", "kv_cache", "gqa")
 
 # the learner-defined class each exercise looks up, and its constructor arguments (in order)
@@ -547,87 +549,58 @@ def cached_outputs(exercise, case: Case, v: Variant):
 
 
 # ---------------------------------------------------------------------------------------------
-# the misconception catalogue (learner-facing messages)
+# the misconception catalogue: diagnosis keys (their learner-facing texts are in messages.py)
 
 _CAUSAL = Variant()
 _PLAIN = Variant(mask="none")
 
-M_NO_SCALE = ("no_scale", "scores are not scaled: divide Q·Kᵀ by √head_dim before the softmax")
-M_NO_SQRT = ("scale_no_sqrt", "scores divided by head_dim instead of √head_dim")
-M_SCALE_D_OUT = ("scale_d_out", "scores scaled by √d_out (d_model) instead of √head_dim (head_dim = d_out // "
-                                "num_heads)")
-M_SCALE_D_IN = ("scale_d_in", "scores scaled by √d_in instead of √head_dim (the keys' width, d_out // num_heads)")
-M_SOFTMAX = ("softmax_wrong_axis", "softmax over the wrong axis (dim=-2, the queries): each query's weights must "
-             "sum to 1 over the keys, softmax(dim=-1)")
-M_SOFTMAX_HEADS = ("softmax_wrong_axis", "softmax over the heads axis (dim=1): each query's weights must sum to 1 "
-                   "over the keys, softmax(dim=-1)")
-M_INVERTED = ("mask_inverted", "causal mask inverted: tokens see the future but not the past (True = hide and "
-              "True = allow mixed up, e.g. masked_fill(mask == 0, ...) on a triu mask)")
-M_ZERO_FILL = ("mask_zero_fill", "masked scores filled with 0 instead of -inf: softmax still gives the hidden "
-               "(future) keys weight exp(0)")
-M_AFTER_SOFTMAX = ("mask_after_softmax", "mask applied after the softmax: the remaining weights no longer sum to 1; "
-                   "fill the scores with -inf before the softmax")
-M_DIAGONAL = ("diagonal_masked", "diagonal masked too (triu with diagonal=0): a token must attend to itself; use "
-              "torch.triu(..., diagonal=1)")
-M_NO_MASK = ("no_causal_mask", "no causal mask: tokens attend to later tokens")
-M_UNSLICED = ("mask_not_sliced", "mask not sliced to the sequence length: it fails for inputs shorter than "
-              "context_length; use self.mask[:num_tokens, :num_tokens]")
-M_KEYS_Q = ("keys_from_query", "keys computed with the query weights: use self.W_key(x)")
-M_VALUES_K = ("values_from_key", "values computed with the key weights: use self.W_value(x)")
-M_SPLIT = ("split_no_transpose", "heads split without transposing: view(b, num_heads, T, head_dim) mixes tokens "
-           "into heads; use view(b, T, num_heads, head_dim).transpose(1, 2)")
-M_MERGE = ("merge_no_transpose", "heads merged without transposing back: transpose(1, 2) the (b, num_heads, T, "
-           "head_dim) context to (b, T, num_heads, head_dim) before .view(b, T, d_out)")
-M_NO_OUT = ("no_out_proj", "missing output projection: apply self.out_proj to the merged heads")
-M_CAUSAL_SA = ("causal_in_self_attention", "a causal mask is applied, but SelfAttention_v2 is not causal: every "
-               "token attends to every token")
-M_SHARED = ("wrapper_shared_weights", "every head uses the first head's weights: call each head in self.heads")
-M_SUM = ("wrapper_summed", "heads summed instead of concatenated: torch.cat([head(x) for head in self.heads], "
-         "dim=-1)")
-M_CAT_TOKENS = ("wrapper_cat_wrong_axis", "heads concatenated along the tokens (dim=1) instead of the features "
-                "(dim=-1)")
-M_TILED = ("kv_tiled", "K/V groups tiled (repeat, or head h reads group h % num_kv_groups) instead of interleaved: "
-           "query head h reads group h // (num_heads // num_kv_groups), use repeat_interleave(group_size, dim=1)")
-M_GROUP0 = ("kv_one_group", "every query head reads K/V group 0: expand/repeat each of the num_kv_groups groups "
-            "for its num_heads // num_kv_groups query heads")
-M_TOP_LEFT = ("mask_top_left", "causal mask aligned to the start of the cache (or is_causal=True on a chunk): "
-              "the new queries are the LAST positions; hide key j from new query i when "
-              "j > n_past + i, e.g. mask[n_past:n_past + n_new, :n_past + n_new]")
-M_FIRST_ONLY = ("mask_only_without_cache", "no causal mask once there is a cache: a chunk of several new tokens "
-                "still must not see its own later tokens")
-M_SQUARE = ("mask_square_slice", "mask sliced [:n_new, :n_new]: with a cache it must cover all n_past + n_new keys, "
-            "mask[n_past:n_past + n_new, :n_past + n_new]")
-M_ONLY_NEW = ("cache_only_new", "present holds only the new tokens: return the concatenated past + new keys and "
-              "values")
-M_NOT_UPDATED = ("cache_not_updated", "cache not updated: present returns the old past_key_value instead of past "
-                 "+ new keys/values")
-M_WRONG_AXIS = ("cache_wrong_axis", "cache concatenated on the wrong axis: keys/values are [b, num_heads, n, "
-                "head_dim], concatenate on dim=2 (the tokens)")
-M_NAIVE_SOFTMAX = ("softmax_overflow", "softmax without subtracting the row max: exp() overflows to inf for large "
-                   "scores and the weights become NaN; use torch.softmax (or subtract scores.amax(-1, keepdim=True))")
-M_DETACH_KV = ("grad_detached_kv", "no gradient reaches W_key and W_value: keys/values are .detach()ed (or rebuilt "
-               "from .data); keep them in the autograd graph")
-M_DETACH_WEIGHTS = ("grad_detached_weights", "no gradient flows through the attention weights to W_query and W_key: "
-                    "they are .detach()ed or computed outside autograd (.numpy(), .tolist(), torch.tensor(...))")
-M_NO_GRAD = ("grad_none", "the output carries no gradient: forward runs under torch.no_grad() (or detaches its "
-             "result), so the module could never be trained")
-M_LEAVES_AUTOGRAD = ("grad_leaves_autograd", "forward fails when gradients are on: the computation leaves autograd "
-                     "(.numpy() on a tensor that requires grad); use torch operations throughout")
-M_SPLIT_MERGE = ("split_merge_no_transpose", "heads split with view(b, num_heads, T, head_dim) and merged back with "
-                 "view(b, T, d_out), without transposes: each 'head' then mixes tokens; use view(b, T, num_heads, "
-                 "head_dim).transpose(1, 2) and transpose back before merging")
-M_IGNORES_PAST = ("cache_ignores_past", "the module ignores past_key_value: it keeps its own cache (or recomputes "
-                  "from stored inputs), so a past it did not produce, or two sequences decoded in turns, give "
-                  "wrong outputs; attend to the past_key_value you are given")
-DROPOUT_IGNORED = ("dropout_ignored", "dropout has no effect in training mode: apply self.dropout(p) to the "
-                   "attention weights")
-DROPOUT_ON_SCORES = ("dropout_on_scores", "dropout applied to the scores before the softmax: it must act on the "
-                     "attention weights after the softmax (dropped weights are 0, the others scaled by 1/(1-p))")
-DROPOUT_ON_OUTPUT = ("dropout_on_output", "dropout applied to the output instead of the attention weights")
-DROPOUT_WRONG = ("dropout_wrong", "in training mode the output is not attention with dropout on the weights: each "
-                 "weight must be either 0 or weight/(1-p), with dropout p")
-DROPOUT_EVAL = ("dropout_in_eval", "dropout active in eval mode: outputs change from call to call after .eval(); "
-                "use self.dropout = nn.Dropout(p) (or dropout_p=p if self.training else 0.0)")
+
+def _mistake(key: str, text: str | None = None):
+    """(diagnosis key, its text): the text is messages.py's 'mutant.<text or key>', in English and Chinese."""
+    return key, Msg("mutant." + (text or key))
+
+
+M_NO_SCALE = _mistake("no_scale")
+M_NO_SQRT = _mistake("scale_no_sqrt")
+M_SCALE_D_OUT = _mistake("scale_d_out")
+M_SCALE_D_IN = _mistake("scale_d_in")
+M_SOFTMAX = _mistake("softmax_wrong_axis")
+M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
+M_INVERTED = _mistake("mask_inverted")
+M_ZERO_FILL = _mistake("mask_zero_fill")
+M_AFTER_SOFTMAX = _mistake("mask_after_softmax")
+M_DIAGONAL = _mistake("diagonal_masked")
+M_NO_MASK = _mistake("no_causal_mask")
+M_UNSLICED = _mistake("mask_not_sliced")
+M_KEYS_Q = _mistake("keys_from_query")
+M_VALUES_K = _mistake("values_from_key")
+M_SPLIT = _mistake("split_no_transpose")
+M_MERGE = _mistake("merge_no_transpose")
+M_NO_OUT = _mistake("no_out_proj")
+M_CAUSAL_SA = _mistake("causal_in_self_attention")
+M_SHARED = _mistake("wrapper_shared_weights")
+M_SUM = _mistake("wrapper_summed")
+M_CAT_TOKENS = _mistake("wrapper_cat_wrong_axis")
+M_TILED = _mistake("kv_tiled")
+M_GROUP0 = _mistake("kv_one_group")
+M_TOP_LEFT = _mistake("mask_top_left")
+M_FIRST_ONLY = _mistake("mask_only_without_cache")
+M_SQUARE = _mistake("mask_square_slice")
+M_ONLY_NEW = _mistake("cache_only_new")
+M_NOT_UPDATED = _mistake("cache_not_updated")
+M_WRONG_AXIS = _mistake("cache_wrong_axis")
+M_NAIVE_SOFTMAX = _mistake("softmax_overflow")
+M_DETACH_KV = _mistake("grad_detached_kv")
+M_DETACH_WEIGHTS = _mistake("grad_detached_weights")
+M_NO_GRAD = _mistake("grad_none")
+M_LEAVES_AUTOGRAD = _mistake("grad_leaves_autograd")
+M_SPLIT_MERGE = _mistake("split_merge_no_transpose")
+M_IGNORES_PAST = _mistake("cache_ignores_past")
+DROPOUT_IGNORED = _mistake("dropout_ignored")
+DROPOUT_ON_SCORES = _mistake("dropout_on_scores")
+DROPOUT_ON_OUTPUT = _mistake("dropout_on_output")
+DROPOUT_WRONG = _mistake("dropout_wrong")
+DROPOUT_EVAL = _mistake("dropout_in_eval")
 NOT_IMPLEMENTED = "not_implemented"
 
 
@@ -724,7 +697,7 @@ def mutant_pairs(exercise) -> list[Mutant]:
             if combined in seen:
                 continue
             seen.add(combined)
-            pairs.append(Mutant(f"{a.key}+{b.key}", f"two mistakes: {a.message}; and {b.message}", combined))
+            pairs.append(Mutant(f"{a.key}+{b.key}", Msg("two_mistakes", first=a.message, second=b.message), combined))
     return pairs
 
 

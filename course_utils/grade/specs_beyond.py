@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from .messages import Msg
+
 EXERCISES = ("rope", "online_softmax", "mla")
 FUNCTION_EXERCISES = {"online_softmax"}  # graded as a function, not a class
 
@@ -394,57 +396,41 @@ def expected_outputs(exercise, case, v=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# the misconception catalogue (learner-facing messages)
+# the misconception catalogue: diagnosis keys (their learner-facing texts are in messages.py)
 
-M_ROPE_V = ("rope_on_values", "values rotated too: RoPE turns only the queries and the keys (positions belong in "
-            "the scores); leave V as it is")
-M_ROPE_RESTART = ("rope_positions_restart", "positions restart at 0 after the cache: the new tokens sit at positions "
-                  "n_past, n_past + 1, ... with n_past = past_key_value[0].shape[2] (the same offset as the mask's rows)")
-M_ROPE_PAIRS = ("rope_interleaved_pairs", "features paired as (2i, 2i + 1), the interleaved (GPT-J) layout: the "
-                "contract's rotate-half layout pairs feature i with i + head_dim / 2, x * cos + rotate_half(x) * sin "
-                "with rotate_half(x) = cat(-x2, x1) and cos/sin = cat(freqs, freqs)")
-M_ROPE_D_MODEL = ("rope_freq_d_model", "RoPE frequencies computed from d_out (d_model) instead of head_dim: "
-                  "theta_i = base ** (-2i / head_dim), since RoPE rotates each head's features")
-M_ROPE_AFTER = ("rope_after_cache", "RoPE applied after the cache: rotate the new keys at their positions BEFORE "
-                "appending them; present holds rotated keys, and cached keys are never rotated again")
-M_ROPE_MISSING = ("rope_missing", "no rotation: apply RoPE to the queries and keys")
-M_ROPE_DIRECTION = ("rope_wrong_direction", "rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation "
-                    "is x * cos + rotate_half(x) * sin")
 
-M_MAX_STALE = ("max_not_updated", "the running maximum is never updated (m = m_new is missing): each new tile "
-               "rescales everything before it by exp(-inf) = 0, so only the last tile counts")
-M_NO_MAX = ("no_running_max", "exp of the raw scores: without subtracting the running maximum exp overflows to inf "
-            "(scores in the hundreds give NaN); use p = exp(s - m_new)")
-M_OUT_NOT_RESCALED = ("output_not_rescaled", "the partial output is not rescaled when the maximum grows: "
-                      "acc = exp(m - m_new) * acc + p @ v")
-M_SUM_NOT_RESCALED = ("sum_not_rescaled", "the running sum is not rescaled when the maximum grows: "
-                      "l = exp(m - m_new) * l + p.sum(-1)")
-M_DIVIDE_EARLY = ("divided_too_early", "divided by the sum inside the loop: keep acc unnormalised and divide by l "
-                  "once, after the last tile")
-M_SKIP_DIAGONAL = ("causal_blocks_skipped_wrongly", "causal tiles skipped wrongly: the tile on the diagonal must be "
-                   "computed (with its mask); skip only key tiles that start after the block's last query")
-M_DIAGONAL_UNMASKED = ("causal_tile_not_masked", "the diagonal tile is computed without the causal mask: inside a "
-                       "tile crossing the diagonal, hide key j from query i when j > i")
-M_LSE = ("lse_without_max", "the log-sum-exp lacks the maximum: lse = m + log(l)")
-M_NO_SCALE_OS = ("no_scale", "scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)")
-M_MATERIALISED = ("scores_materialised", "the outputs are right, but the full (n_q, n_k) score matrix is built: "
-                  "compute one (block, block) tile of scores at a time")
+def _mistake(key: str, text: str | None = None):
+    """(diagnosis key, its text): the text is messages.py's 'mutant.<text or key>', in English and Chinese."""
+    return key, Msg("mutant." + (text or key))
 
-M_MLA_UP = ("mla_cache_up_projected", "the cache holds up-projected per-head keys/values: MLA caches only the latent "
-            "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)")
-M_MLA_ROPE_LATENT = ("mla_rope_on_compressed_key", "RoPE applied to the compressed latent c_kv: rotate only the "
-                     "decoupled q_rope and k_rope; c_kv stays position-free so that W_uk can be absorbed")
-M_MLA_ROPE_NOPE = ("mla_rope_on_nope", "RoPE applied to the up-projected (nope) queries/keys: only the rope_dim parts "
-                   "rotate")
-M_MLA_TRANSPOSE = ("mla_absorb_wrong_transpose", "absorbed with the wrong transpose: nn.Linear stores W_uk and W_uv as "
-                   "(out = num_heads * head_dim, in = kv_latent_dim), so head h's block is "
-                   "weight.view(num_heads, head_dim, kv_latent_dim)[h], and the absorbed query is q_h @ W_uk_h")
-M_MLA_SCALE = ("mla_scale_without_rope", "scores scaled by 1/sqrt(head_dim): a head's query and key have "
-               "head_dim + rope_dim features, scale by 1/sqrt(head_dim + rope_dim)")
-M_MLA_NO_ROPE = ("rope_missing", "no rotation: apply RoPE to q_rope and k_rope")
-M_ONLY_NEW = ("cache_only_new", "present holds only the new tokens: return the concatenated past + new c_kv and k_rope")
-M_TOP_LEFT = ("mask_top_left", "causal mask aligned to the start of the cache: the new queries are the LAST "
-              "positions; hide key j from new query i when j > n_past + i")
+
+M_ROPE_V = _mistake("rope_on_values")
+M_ROPE_RESTART = _mistake("rope_positions_restart")
+M_ROPE_PAIRS = _mistake("rope_interleaved_pairs")
+M_ROPE_D_MODEL = _mistake("rope_freq_d_model")
+M_ROPE_AFTER = _mistake("rope_after_cache")
+M_ROPE_MISSING = _mistake("rope_missing")
+M_ROPE_DIRECTION = _mistake("rope_wrong_direction")
+
+M_MAX_STALE = _mistake("max_not_updated")
+M_NO_MAX = _mistake("no_running_max")
+M_OUT_NOT_RESCALED = _mistake("output_not_rescaled")
+M_SUM_NOT_RESCALED = _mistake("sum_not_rescaled")
+M_DIVIDE_EARLY = _mistake("divided_too_early")
+M_SKIP_DIAGONAL = _mistake("causal_blocks_skipped_wrongly")
+M_DIAGONAL_UNMASKED = _mistake("causal_tile_not_masked")
+M_LSE = _mistake("lse_without_max")
+M_NO_SCALE_OS = _mistake("no_scale", "no_scale_online")
+M_MATERIALISED = _mistake("scores_materialised")
+
+M_MLA_UP = _mistake("mla_cache_up_projected")
+M_MLA_ROPE_LATENT = _mistake("mla_rope_on_compressed_key")
+M_MLA_ROPE_NOPE = _mistake("mla_rope_on_nope")
+M_MLA_TRANSPOSE = _mistake("mla_absorb_wrong_transpose")
+M_MLA_SCALE = _mistake("mla_scale_without_rope")
+M_MLA_NO_ROPE = _mistake("rope_missing", "rope_missing_mla")
+M_ONLY_NEW = _mistake("cache_only_new", "cache_only_new_mla")
+M_TOP_LEFT = _mistake("mask_top_left", "mask_top_left_chunk")
 
 
 def _m(pair, variant):

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .diagnose import Result
-from .protocol import CallRecorder
+from .messages import Msg, case_title
+from .protocol import CallRecorder, with_texts
 from .sandbox.harness import describe_exception
 from .sandbox.harness import plain_answer as _plain_answer
 
@@ -168,21 +169,17 @@ def _last_layer(case, answer):
     return answer is not None and answer[0] == n_layers - 1
 
 
+def _mutant(key, matches):
+    return FunctionMutant(key, Msg("mutant." + key), matches)  # the texts are in messages.py
+
+
 MUTANTS = [
-    FunctionMutant("previous_token_head", "that is the previous-token head (前一词元头), layer 0's stripe just "
-                   "below the diagonal: the induction head (归纳头) attends from the second copy to the token AFTER the "
-                   "earlier occurrence of the current token", _exactly(lambda c: c.previous_token)),
-    FunctionMutant("layer_one_based", "the layer is off by one: layers are counted from 0 (model.blocks[0] is the "
-                   "first), so return the index into model.blocks",
-                   _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
-    FunctionMutant("one_based", "layer and head are both off by one: count from 0, as model.blocks and the head "
-                   "axis of the attention weights do", _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
-    FunctionMutant("flat_index_unravelled", "the (layer, head) pair comes from a flat index unravelled with the "
-                   "wrong size: for a (n_layers, n_heads) score table use divmod(index, n_heads)",
-                   _exactly(lambda c: divmod(c.induction[0] * c.state["config"]["n_heads"] + c.induction[1],
-                                             c.state["config"]["n_layers"]))),
-    FunctionMutant("last_layer_assumed", "the answer assumes the induction head is in the last layer: score every "
-                   "layer (a layer may sit after it)", _last_layer),
+    _mutant("previous_token_head", _exactly(lambda c: c.previous_token)),
+    _mutant("layer_one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
+    _mutant("one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
+    _mutant("flat_index_unravelled", _exactly(lambda c: divmod(c.induction[0] * c.state["config"]["n_heads"]
+                                                               + c.induction[1], c.state["config"]["n_layers"]))),
+    _mutant("last_layer_assumed", _last_layer),
 ]
 
 
@@ -214,16 +211,17 @@ def run_function(exercise: str, fn, learner_files: set | None = None, seed: int 
             with recorder, torch.no_grad():
                 record["answer"] = _plain_answer(fn(case.build()))
         except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
-            record["error"] = describe_exception(exc, learner_files, "call")
+            error = describe_exception(exc, learner_files, "call")
+            record["error"] = with_texts(error, error)
         record["calls"] = sorted(recorder.calls)
         records.append(record)
     return records
 
 
 def not_implemented(exercise: str, defined: bool = True) -> Result:
-    name = CONTRACT_FUNCTION[exercise]
-    what = f"write {name} (it raises NotImplementedError)" if defined else f"define function {name}"
-    return Result(exercise, False, 0.0, 0, total_checks(exercise), NOT_IMPLEMENTED, [f"not implemented yet: {what}"])
+    message = Msg("not_implemented.write" if defined else "not_implemented.define_function",
+                  name=CONTRACT_FUNCTION[exercise])
+    return Result(exercise, False, 0.0, 0, total_checks(exercise), NOT_IMPLEMENTED, [message])
 
 
 def total_checks(exercise: str, seed: int | None = None) -> int:
@@ -240,11 +238,11 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     cases = make_cases(exercise, seed)
     total = len(cases)
     refusals = list(refusals or [])
-    refusals += [f"calls {call}, the course's own scoring" for r in records for call in r.get("calls", [])]
+    refusals += [Msg("refusal.course_scoring", call=call) for r in records for call in r.get("calls", [])]
     if refusals:
         refusals = list(dict.fromkeys(refusals))
         return Result(exercise, False, 0.0, 0, total, "delegates",
-                      ["no credit: compute the head scores yourself: " + refusals[0]] + refusals[1:])
+                      [Msg("refused.capstone", first=refusals[0])] + refusals[1:])
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         return not_implemented(exercise)
@@ -252,16 +250,17 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     for case, rec in zip(cases, records):
         if rec["error"] is not None:
             e = rec["error"]
-            reasons.append((case.name, f"{e['type']}: {e['message']}" + (f" (your {e['line']})" if e["line"] else "")))
+            reasons.append((case.name, Msg("error.plain_line", type=e["type"], message=e["message"], line=e["line"])
+                            if e["line"] else Msg("error.plain", type=e["type"], message=e["message"])))
         elif isinstance(rec["answer"], str):
-            reasons.append((case.name, f"returned {rec['answer']}; the contract is a tuple (layer, head) of ints"))
+            reasons.append((case.name, Msg("capstone.not_a_pair", answer=rec["answer"])))
         elif _pair(rec["answer"]) != case.induction:
-            reasons.append((case.name, f"returned {_pair(rec['answer'])}, which is not the induction head"))
+            reasons.append((case.name, Msg("capstone.not_induction", answer=str(_pair(rec["answer"])))))
     passed = total - len(reasons)
     if not reasons:
         return Result(exercise, True, 1.0, total, total, None, [])
     score = round(passed / total, 3)
-    details = [f"case '{name}': {why}" for name, why in reasons]
+    details = [Msg("detail.case", case=case_title(name), why=why) for name, why in reasons]
     answers = [_pair(r["answer"]) if r["error"] is None else None for r in records]
     for mutant in MUTANTS:
         if all(mutant.matches(c, a) for a, c in zip(answers, cases)):
@@ -269,11 +268,8 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     if errors:
         return Result(exercise, False, score, passed, total, "exception", [details[0]] + details[1:])
     if any(isinstance(r["answer"], str) for r in records):
-        return Result(exercise, False, score, passed, total, "contract",
-                      ["contract: return a tuple (layer, head) of ints"] + details)
-    return Result(exercise, False, score, passed, total, "wrong_head",
-                  ["not the induction head, and no known mistake explains the answers: score every head of every "
-                   "layer on repeated random tokens, as the notebook does"] + details)
+        return Result(exercise, False, score, passed, total, "contract", [Msg("capstone.contract")] + details)
+    return Result(exercise, False, score, passed, total, "wrong_head", [Msg("capstone.wrong_head")] + details)
 
 
 def failure(exercise: str, key: str, message: str, seed: int | None = None) -> Result:
@@ -290,5 +286,5 @@ def grade_function(exercise: str, fn, learner_files: set | None = None, refusals
         return not_implemented(exercise, defined=False)
     if not callable(fn):
         return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), "contract",
-                      [f"contract: {CONTRACT_FUNCTION[exercise]} must be a function, got {type(fn).__name__}"])
+                      [Msg("capstone.not_a_function", name=CONTRACT_FUNCTION[exercise], type=type(fn).__name__)])
     return verdict(exercise, run_function(exercise, fn, learner_files, seed), refusals, seed)

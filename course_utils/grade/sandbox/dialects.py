@@ -11,13 +11,10 @@ import inspect
 
 import torch
 
-ACCEPTED = ("the book's MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False); "
-            "(d_model | embed_dim | hidden_size | dim | n_embd, num_heads | n_heads | n_head | nhead | heads "
-            "[, dropout]); the annotated transformer's MultiHeadedAttention(h, d_model[, dropout]) with "
-            "linears[0..3]; projections named W_query/W_key/W_value/out_proj, q_proj/k_proj/v_proj/o_proj, "
-            "W_q/W_k/W_v/W_o, wq/wk/wv/wo or query/key/value/out (nn.Linear, bias optional), or one fused "
-            "qkv / c_attn / in_proj linear (q, k, v in that order, as rows or columns); forward(x[, mask]) or "
-            "forward(query, key, value[, mask])")
+try:
+    from .texts import Said, said
+except ImportError:  # sandboxed: beside texts.py in /grader
+    from texts import Said, said
 
 _WIDTH = ("d_model", "embed_dim", "hidden_size", "dim", "n_embd", "d", "hidden_dim", "model_dim", "emb_dim")
 _HEADS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads")
@@ -34,9 +31,11 @@ _ROLES = {
 }
 _BOOK = {"q": "W_query", "k": "W_key", "v": "W_value", "o": "out_proj"}
 MASKS = ("built in", "True = keep (mask == 0 hidden)", "True = hidden", "additive (0 / -inf)")
+NOT_CAUSAL = " (no convention made it causal)"  # after the mask convention when none made the module causal
+BOOK, ANNOTATED = "book", "annotated transformer"  # dialect names; the others are "(width, heads)"
 
 
-class DialectError(Exception):
+class DialectError(Said):
     pass
 
 
@@ -52,12 +51,12 @@ def build(cls, ctor: dict):
     params = _params(cls.__init__)
     names = [p.name for p in params]
     if {"d_in", "d_out", "num_heads"} <= set(names):
-        return cls(*[ctor[a] for a in ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias")]), "book"
+        return cls(*[ctor[a] for a in ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias")]), BOOK
     width = next((n for n in names if n in _WIDTH), None)
     heads = next((n for n in names if n in _HEADS), None)
     if width is None or heads is None:
-        raise DialectError(f"cannot map the constructor ({', '.join(names) or 'no parameters'}); "
-                           f"interview mode accepts: {ACCEPTED}")
+        raise DialectError("dialect_constructor", names=", ".join(names) or said("no_parameters"),
+                           accepted=said("accepted"))
     kwargs = {width: ctor["d_out"], heads: ctor["num_heads"]}
     for p in params:
         if p.name in _DROPOUT or "drop" in p.name:
@@ -66,9 +65,8 @@ def build(cls, ctor: dict):
             kwargs[p.name] = ctor["context_length"]
         elif p.name not in kwargs and p.default is inspect.Parameter.empty and p.kind in (
                 p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            raise DialectError(f"the constructor needs {p.name!r}, which interview mode cannot fill in; "
-                               f"it accepts: {ACCEPTED}")
-    name = "annotated transformer" if names[:2] == ["h", "d_model"] else f"({width}, {heads})"
+            raise DialectError("dialect_argument", name=repr(p.name), accepted=said("accepted"))
+    name = ANNOTATED if names[:2] == ["h", "d_model"] else f"({width}, {heads})"
     return cls(**kwargs), name
 
 
@@ -112,11 +110,12 @@ def parameter_map(module, d_model: int) -> dict:
     if missing or unknown or set(found) - needed:
         problems = []
         if missing:
-            problems.append("no " + ", ".join({"q": "query", "k": "key", "v": "value", "o": "output",
-                                                "qkv": "fused qkv"}[m] + " projection" for m in missing))
+            problems.append(said("no_projection", roles=said("list.comma", items=[said("projection_" + m)
+                                                                                  for m in missing])))
         if unknown:
-            problems.append("parameters it cannot place: " + ", ".join(unknown))
-        raise DialectError("; ".join(problems) + f". Interview mode accepts: {ACCEPTED}")
+            problems.append(said("cannot_place", names=", ".join(unknown)))
+        raise DialectError("dialect_parameters", problems=said("list.semicolon", items=problems),
+                           accepted=said("accepted"))
     return found
 
 
@@ -135,7 +134,8 @@ def load(module, pmap: dict, params: dict) -> list:
                 w = w.T
             target = own[entry["weight"]]
             if tuple(target.shape) != tuple(w.shape):
-                raise DialectError(f"{entry['weight']} has shape {tuple(target.shape)}, expected {tuple(w.shape)}")
+                raise DialectError("dialect_shape", name=entry["weight"], got=str(tuple(target.shape)),
+                                   need=str(tuple(w.shape)))
             target.copy_(w)
             if entry["bias"] is not None:
                 own[entry["bias"]].copy_(b)
@@ -237,4 +237,4 @@ class Caller:
                     best = (leak, kind, shape)
                 break  # it ran in this shape: the convention, not the shape, is what counts
         leak, self.kind, self.shape = best or (0.0, 0, "square")
-        return MASKS[self.kind] + ("" if leak <= 1e-5 else " (no convention made it causal)")
+        return MASKS[self.kind] + ("" if leak <= 1e-5 else NOT_CAUSAL)

@@ -19,8 +19,10 @@ from torch import nn
 
 try:
     from . import dialects  # in-process: part of the course's grader package
-except ImportError:  # sandboxed: harness.py and dialects.py side by side in /grader
+    from .texts import Said, english, said
+except ImportError:  # sandboxed: harness.py, dialects.py and texts.py side by side in /grader
     import dialects
+    from texts import Said, english, said
 
 FORBIDDEN_OPS = ("scaled_dot_product", "multi_head_attention")  # what interview mode refuses, by torch name
 MAX_MESSAGE = 1200  # long enough that a list of what is accepted is never cut
@@ -30,7 +32,7 @@ class CellTimeout(BaseException):
     """Raised by the alarm inside a learner's cell or forward that runs too long."""
 
 
-class ContractError(Exception):
+class ContractError(Said):
     """The learner's module does not follow the exercise's contract (names, shapes, return values)."""
 
 
@@ -41,26 +43,25 @@ def _shape(t):
 def load_params(module, params: dict) -> None:
     """Copy the grader's parameters into ``module`` by name, strictly; ContractError names every mismatch."""
     if not isinstance(module, nn.Module):
-        raise ContractError(f"the class must be an nn.Module, got {type(module).__name__}")
+        raise ContractError("not_module", type=type(module).__name__)
     own = dict(module.named_parameters())
     problems = []
     for name, value in params.items():
         if name not in own:
             layer = name.rsplit(".", 1)[0]
             kind = "bias" if name.endswith(".bias") else "weight"
-            problems.append(f"the contract needs a parameter {name} ({layer} as an nn.Linear with a {kind}); "
-                            f"your module has none")
+            problems.append(said("param_missing", name=name, layer=layer, kind=kind))
         elif tuple(own[name].shape) != tuple(value.shape):
-            problems.append(f"{name} has shape {_shape(own[name].shape)} but the contract needs "
-                            f"{_shape(value.shape)}")
+            problems.append(said("param_shape", name=name, got=_shape(own[name].shape), need=_shape(value.shape)))
     extra = sorted(set(own) - set(params))
     if extra:
-        problems.append("parameters the contract does not have: " + ", ".join(extra)
-                        + (" (is qkv_bias ignored?)" if any(e.endswith(".bias") for e in extra) else ""))
+        problems.append(said("param_extra_bias" if any(e.endswith(".bias") for e in extra) else "param_extra",
+                             names=", ".join(extra)))
     if problems:
-        shown = problems[:4]
-        more = f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
-        raise ContractError("; ".join(shown) + more)
+        shown = said("list.semicolon", items=problems[:4])
+        if len(problems) > 4:
+            raise ContractError("problems_more", problems=shown, count=str(len(problems) - 4))
+        raise ContractError(shown["key"], **shown["args"])
     with torch.no_grad():
         for name, value in params.items():
             own[name].copy_(value)
@@ -83,21 +84,25 @@ def _learner_frame(exc: BaseException, learner_files):
 
 
 def describe_exception(exc: BaseException, learner_files=None, where: str = "forward") -> dict:
-    """A learner's exception as plain data: type, first line of the message, the learner's line."""
+    """A learner's exception as plain data: type, first line of the message, the learner's line. The grader
+    renders ``said`` and ``line_said`` (the harness's own words as keys, see texts.py) in the learner's language."""
     frame = _learner_frame(exc, learner_files)
-    line = None
+    line = line_said = None
     if frame is not None:
         src = (frame.line or "").strip()
         line = f"line {frame.lineno}" + (f": {src}" if src else "")[:MAX_MESSAGE]
-    if isinstance(exc, CellTimeout):
-        message = "timed out (an infinite loop?)"
-    elif isinstance(exc, MemoryError):
-        message = "ran out of memory (a huge allocation?)"
+        line_said = said("at_line", line=str(frame.lineno), src=src) if src else said("at_line_bare",
+                                                                                      line=str(frame.lineno))
+    message_said = (said("timed_out") if isinstance(exc, CellTimeout) else said("out_of_memory")
+                    if isinstance(exc, MemoryError) else getattr(exc, "said", None) if isinstance(exc, Said) else None)
+    if message_said is not None:
+        message = english(message_said)
     else:
         text = str(exc).strip()
         message = text.splitlines()[0] if text else ""
     return {"type": type(exc).__name__, "message": message[:MAX_MESSAGE], "line": line, "where": where,
-            "not_implemented": isinstance(exc, NotImplementedError), "contract": isinstance(exc, ContractError)}
+            "not_implemented": isinstance(exc, NotImplementedError), "contract": isinstance(exc, ContractError),
+            "said": message_said, "line_said": line_said}
 
 
 class _Traced(torch.Tensor):
@@ -131,11 +136,11 @@ def _call(module, call: dict, past):
         return out, None, x
     result = module(x, past_key_value=past, use_cache=bool(call["use_cache"]), **call.get("kwargs", {}))
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise ContractError(f"forward must return (out, present), got {type(result).__name__}")
+        raise ContractError("forward_pair", type=type(result).__name__)
     out, present = result
     if present is not None and not (isinstance(present, (tuple, list)) and len(present) == 2):
-        names = " and ".join(call.get("present_names", ("keys", "values")))
-        raise ContractError(f"present must be None or a pair ({names}), got {type(present).__name__}")
+        first, second = call.get("present_names", ("keys", "values"))
+        raise ContractError("present_pair", first=first, second=second, type=type(present).__name__)
     return out, present, x
 
 
@@ -169,8 +174,8 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
         with torch.no_grad(), tracker:
             result = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in call["args"]])
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise ContractError(f"{getattr(fn, '__name__', 'the function')} must return (out, lse), "
-                                f"got {type(result).__name__}")
+            name = fn.__name__ if isinstance(getattr(fn, "__name__", None), str) else said("the_function")
+            raise ContractError("function_pair", name=name, type=type(result).__name__)
         record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1])}
         if call.get("tile_bound") is not None:
             record["outputs"]["step1.tiled"] = torch.tensor(1.0 if tracker.numel <= call["tile_bound"] else 0.0)
@@ -185,7 +190,7 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
 
 def _backward(module, out, x, call, tag, outputs, pmap=None):
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise _NoGrad("the output carries no gradient (requires_grad is False)")
+        raise _NoGrad("no_gradient")
     grad = call["grad"]
     if tuple(out.shape) != tuple(grad.shape):
         return  # the shape mismatch is reported with the output itself
@@ -199,7 +204,7 @@ def _backward(module, out, x, call, tag, outputs, pmap=None):
         outputs[f"{tag}.grad.{name}"] = _plain(p.grad if p.grad is not None else torch.zeros_like(p))
 
 
-class _NoGrad(Exception):
+class _NoGrad(Said):
     pass
 
 
@@ -363,7 +368,11 @@ def main(result_fd: int) -> None:
     import course_utils.grade as learner_grade  # the learner-side check(): it only records requests
 
     namespace = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _get_ipython_stub}
-    notes, learner_files = [], set()
+    notes, notes_said, learner_files = [], [], set()
+
+    def note(key, **args):
+        notes_said.append(said(key, **args))
+        notes.append(english(notes_said[-1]))
     for cell in plan["cells"]:
         filename = f"<cell {cell['index']}>"
         linecache.cache[filename] = (len(cell["source"]), None, cell["source"].splitlines(True), filename)
@@ -371,44 +380,54 @@ def main(result_fd: int) -> None:
         try:
             code = compile(cell["source"], filename, "exec")
         except SyntaxError as exc:
-            notes.append(f"cell {cell['index']}: SyntaxError: {exc.msg} (line {exc.lineno})")
+            note("cell_syntax", cell=str(cell["index"]), message=str(exc.msg), line=str(exc.lineno))
             continue
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(code, namespace)
         except SystemExit:
-            notes.append(f"cell {cell['index']}: called sys.exit(); the rest of the cell was skipped")
+            note("cell_exit", cell=str(cell["index"]))
         except BaseException as exc:  # noqa: BLE001 - timeouts and learner errors are all reported
             d = describe_exception(exc, learner_files, "cell")
-            notes.append(f"cell {cell['index']}: {d['type']}: {d['message']}" + (f" ({d['line']})" if d["line"] else ""))
+            message = d["said"] or d["message"]
+            if d["line"]:
+                note("cell_error_line", cell=str(cell["index"]), type=d["type"], message=message, line=d["line_said"])
+            else:
+                note("cell_error", cell=str(cell["index"]), type=d["type"], message=message)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
     answers = [(str(q)[:80], v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else repr(v)[:80])
                for q, v in learner_grade.ANSWERS[:20]]
-    result = {"notes": notes[:50], "exercises": {}, "answers": answers}
+    result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
+
+    def missing(entry, key, **args):
+        entry["missing_said"] = said(key, **args)
+        entry["missing"] = english(entry["missing_said"])
+
     for ex, spec in plan["exercises"].items():
         entry = {"missing": None, "records": []}
         result["exercises"][ex] = entry
         cls = requested.get(ex, namespace.get(spec["class"]))
         kind = "function" if spec.get("function") else "class"
         if not (callable(cls) if spec.get("function") else isinstance(cls, type)):
-            entry["missing"] = (f"no {kind} {spec['class']} found" if cls is None
-                                else f"{spec['class']} is not a {kind}")
+            missing(entry, ("no_" if cls is None else "not_") + kind, name=spec["class"])
             continue
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             entry["records"] = run_exercise(cls, spec, learner_files)
         except BaseException as exc:  # noqa: BLE001
             entry["records"] = []
-            entry["missing"] = f"grading {ex} stopped: {describe_exception(exc, learner_files)['message']}"
+            d = describe_exception(exc, learner_files)
+            missing(entry, "stopped", exercise=ex, message=d["said"] or d["message"])
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     for ex, spec in plan.get("models", {}).items():  # the capstone: fn(model) -> (layer, head) on trained GPTs
         fn = requested.get(ex, namespace.get(spec["function"]))
         if not callable(fn):
-            result["exercises"][ex] = {"missing": f"no function {spec['function']} found", "records": []}
+            result["exercises"][ex] = {"missing": None, "records": []}
+            missing(result["exercises"][ex], "no_function", name=spec["function"])
             continue
         result["exercises"][ex] = {"missing": None, "records": [_run_on_model(fn, state, learner_files, timeout)
                                                                 for state in spec["checkpoints"]]}

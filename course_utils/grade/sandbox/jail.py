@@ -17,6 +17,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ..messages import Msg
+
 MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
 MAX_PROCESSES = 64         # processes and threads of the sandbox's user
 MAX_FILE = 64 << 20        # any one file written
@@ -59,7 +61,7 @@ def build_lib(dest: Path, with_model: bool = False) -> Path:
     """The read-only tree mounted at /grader: the harness and the learner-side course_utils (with the course's
     GPT and the induction task when ``with_model``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("harness.py", "dialects.py"):
+    for name in ("harness.py", "dialects.py", "texts.py"):
         shutil.copy(_HERE / name, dest / name)
     site = dest / "course_utils"
     shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
@@ -88,14 +90,14 @@ def probe() -> str | None:
         return _probe_result[0]
     why = None
     if not sys.platform.startswith("linux"):
-        why = f"bubblewrap sandboxes need Linux (this is {sys.platform})"
+        why = Msg("sandbox.not_linux", platform=sys.platform)
     elif shutil.which("bwrap") is None:
-        why = "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+        why = Msg("sandbox.no_bwrap")
     else:
         proc = subprocess.run(["bwrap", *_namespaces(), "--ro-bind", "/", "/", "--", "true"],
                               capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
-            why = f"bwrap cannot create its namespaces here: {proc.stderr.strip()[:200]}"
+            why = Msg("sandbox.no_namespaces", error=proc.stderr.strip()[:200])
     _probe_result.append(why)
     return why
 

@@ -1,0 +1,85 @@
+"""What the sandboxed child says (its own errors, notes and refusals), in English, as keys and arguments.
+
+The harness sends both the English text and its "said" form, ``{"key": ..., "args": {...}}``, whose arguments are
+strings or more said forms (``list.semicolon`` / ``list.comma`` join a list of them). The grader, outside the
+sandbox, renders the said form in the learner's language from its catalogue (``course_utils.grade.messages``,
+which holds the Chinese for these keys); the child never sees that catalogue. Standard library only.
+"""
+from __future__ import annotations
+
+# the interview dialects the grader can map (dialects.py): quoted whenever a class cannot be mapped
+ACCEPTED = ("the book's MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False); "
+            "(d_model | embed_dim | hidden_size | dim | n_embd, num_heads | n_heads | n_head | nhead | heads "
+            "[, dropout]); the annotated transformer's MultiHeadedAttention(h, d_model[, dropout]) with "
+            "linears[0..3]; projections named W_query/W_key/W_value/out_proj, q_proj/k_proj/v_proj/o_proj, "
+            "W_q/W_k/W_v/W_o, wq/wk/wv/wo or query/key/value/out (nn.Linear, bias optional), or one fused "
+            "qkv / c_attn / in_proj linear (q, k, v in that order, as rows or columns); forward(x[, mask]) or "
+            "forward(query, key, value[, mask])")
+
+TEXTS = {
+    # loading the grader's parameters and calling the learner's module (harness.py)
+    "not_module": "the class must be an nn.Module, got {type}",
+    "param_missing": "the contract needs a parameter {name} ({layer} as an nn.Linear with a {kind}); your module "
+                     "has none",
+    "param_shape": "{name} has shape {got} but the contract needs {need}",
+    "param_extra": "parameters the contract does not have: {names}",
+    "param_extra_bias": "parameters the contract does not have: {names} (is qkv_bias ignored?)",
+    "problems_more": "{problems}; and {count} more",
+    "forward_pair": "forward must return (out, present), got {type}",
+    "present_pair": "present must be None or a pair ({first} and {second}), got {type}",
+    "function_pair": "{name} must return (out, lse), got {type}",
+    "the_function": "the function",
+    "no_gradient": "the output carries no gradient (requires_grad is False)",
+    "timed_out": "timed out (an infinite loop?)",
+    "out_of_memory": "ran out of memory (a huge allocation?)",
+    "at_line": "line {line}: {src}",
+    "at_line_bare": "line {line}",
+    # running the submission's cells, finding what to grade
+    "cell_syntax": "cell {cell}: SyntaxError: {message} (line {line})",
+    "cell_exit": "cell {cell}: called sys.exit(); the rest of the cell was skipped",
+    "cell_error": "cell {cell}: {type}: {message}",
+    "cell_error_line": "cell {cell}: {type}: {message} ({line})",
+    "no_class": "no class {name} found",
+    "no_function": "no function {name} found",
+    "not_class": "{name} is not a class",
+    "not_function": "{name} is not a function",
+    "stopped": "grading {exercise} stopped: {message}",
+    # interview mode's dialects (dialects.py)
+    "accepted": ACCEPTED,
+    "no_parameters": "no parameters",
+    "dialect_constructor": "cannot map the constructor ({names}); interview mode accepts: {accepted}",
+    "dialect_argument": "the constructor needs {name}, which interview mode cannot fill in; it accepts: {accepted}",
+    "dialect_parameters": "{problems}. Interview mode accepts: {accepted}",
+    "no_projection": "no {roles}",
+    "projection_q": "query projection",
+    "projection_k": "key projection",
+    "projection_v": "value projection",
+    "projection_o": "output projection",
+    "projection_qkv": "fused qkv projection",
+    "cannot_place": "parameters it cannot place: {names}",
+    "dialect_shape": "{name} has shape {got}, expected {need}",
+}
+JOINS = {"list.semicolon": "; ", "list.comma": ", "}
+
+
+def said(key: str, **args) -> dict:
+    """A text as plain data: a key of TEXTS (or JOINS, with ``items``) and its arguments."""
+    return {"key": key, "args": args}
+
+
+def english(tree) -> str:
+    """The English of a said form."""
+    if not isinstance(tree, dict):
+        return str(tree)
+    key, args = tree["key"], tree["args"]
+    if key in JOINS:
+        return JOINS[key].join(english(item) for item in args["items"])
+    return TEXTS[key].format(**{name: english(value) for name, value in args.items()})
+
+
+class Said(Exception):
+    """An exception whose message is a said form (``.said``); ``str()`` is its English."""
+
+    def __init__(self, key: str, **args):
+        self.said = said(key, **args)
+        super().__init__(english(self.said))
