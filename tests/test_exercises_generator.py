@@ -157,8 +157,8 @@ def test_committed_exercises_are_up_to_date():
     assert not stale, "run `make exercises`: " + "; ".join(stale)
 
 
-def solution_notebooks():
-    return sorted(SOLUTIONS.glob("*.ipynb"))
+def solution_notebooks(zh=False):
+    return sorted((SOLUTIONS / "zh-CN" if zh else SOLUTIONS).glob("*.ipynb"))
 
 
 def test_every_exercise_id_has_one_notebook():
@@ -170,7 +170,8 @@ def test_every_exercise_id_has_one_notebook():
     assert sorted(ids) == sorted(EXERCISE_IDS)
 
 
-@pytest.mark.parametrize("path", solution_notebooks(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", solution_notebooks() + solution_notebooks(zh=True),
+                         ids=lambda p: str(p.relative_to(SOLUTIONS).with_suffix("")))
 def test_solution_notebook_layout(path):
     nb = nbformat.read(str(path), as_version=4)
     nbformat.validate(nb)
@@ -192,7 +193,8 @@ def test_solution_notebook_layout(path):
             checks.append(cell)
             # committed executed: the pass line is in the saved output
             text = "".join(o.get("text", "") for o in cell.outputs)
-            assert re.search(r"✅ \w+: all \d+ checks passed", text), f"{path.name}: execute and save the notebook"
+            passed = r"✅ \w+：\d+ 项检查全部通过" if path.parent.name == "zh-CN" else r"✅ \w+: all \d+ checks passed"
+            assert re.search(passed, text), f"{path.name}: execute and save the notebook (in its own folder)"
             # for nbgrader, in hidden tests: warnings cannot zero the cell (anything on stderr scores 0), and the
             # cell's value is its partial credit, the share of checks passed times the cell's points
             points = meta["points"]

@@ -44,8 +44,13 @@ def notebooks(folder):
     return sorted((ROOT / folder).glob("*.ipynb"))
 
 
+# the pass line in English, and as the Chinese twins (solutions/zh-CN, run in their folder) print it
+PASSED = {"en": r"✅ {id}: all \d+ checks passed", "zh": r"✅ {id}：\d+ 项检查全部通过"}
+
+
 class TestSolutions:
-    @pytest.mark.parametrize("path", notebooks("solutions"), ids=lambda p: p.stem)
+    @pytest.mark.parametrize("path", notebooks("solutions") + notebooks("solutions/zh-CN"),
+                             ids=lambda p: p.stem if p.parent.name == "solutions" else f"zh-CN/{p.stem}")
     def test_solution_passes_its_self_check(self, path):
         nb = execute(path)
         assert_clean(nb, path.name)
@@ -54,7 +59,8 @@ class TestSolutions:
         for cell in checks:
             found = re.search(r'check\("(\w+)"', cell.source)
             exercise_id = found.group(1) if found else "interview_numbers"  # check_answers({...})
-            assert re.search(rf"✅ {exercise_id}: all \d+ checks passed", stdout(cell)), (
+            lang = "zh" if path.parent.name == "zh-CN" else "en"
+            assert re.search(PASSED[lang].format(id=exercise_id), stdout(cell)), (
                 f"{path.name}: the solution does not pass its self-check:\n{stdout(cell)}")
 
 

@@ -386,11 +386,19 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                    "这只是一层的缓存：还要乘以 32 层"),
     "q.kv_cache_bytes.gib": ("2 GiB is right, but the question asks for bytes: 2 * 2**30",
                              "2 GiB 是对的，但题目问的是字节数：2 * 2**30"),
-    "q.score_flops": ("FLOPs of the score matrix Q·Kᵀ in one layer of {model} for 4096 tokens, batch 1, prefill (a "
-                      "multiply-add counts as 2 FLOPs)",
-                      "{model} 的一层在预填充（prefill）4096 个 token、batch 为 1 时，算分数矩阵 Q·Kᵀ 要多少 FLOPs"
-                      "（一次乘加算 2 个 FLOPs）"),
-    "q.score_flops.multiply_adds": ("that counts multiply-adds: each is 2 FLOPs", "这算的是乘加次数：每次乘加是 2 个 FLOPs"),
+    "q.score_flops": ("FLOPs of the whole 4096 x 4096 score matrix Q·Kᵀ (masked entries too) in one layer of {model}, "
+                      "batch 1, prefill (a multiply-add counts as 2 FLOPs)",
+                      "{model} 的一层在预填充（prefill）4096 个 token、batch 为 1 时，算完整的 4096 x 4096 分数矩阵 Q·Kᵀ"
+                      "（被因果掩码遮住的位置也算）要多少 FLOPs（一次乘加算 2 个 FLOPs）"),
+    "q.score_flops.multiply_adds": ("that is half the answer: either multiply-adds (each is 2 FLOPs) or only the causal "
+                                    "half of the matrix; the question counts FLOPs over the whole matrix, as a matmul "
+                                    "computes it before the mask is applied",
+                                    "这是答案的一半：要么算的是乘加次数（每次乘加是 2 个 FLOPs），要么只算了因果掩码留下的"
+                                    "那一半；题目问的是整个矩阵的 FLOPs，矩阵乘法在加掩码之前就把它全算了"),
+    "q.score_flops.causal_multiply_adds": ("that is a quarter of the answer: multiply-adds (2 FLOPs each) over the "
+                                           "causal half only; the question counts FLOPs over the whole matrix",
+                                           "这是答案的四分之一：只数了因果掩码留下的那一半，而且数的是乘加次数（每次是 "
+                                           "2 个 FLOPs）；题目问的是整个矩阵的 FLOPs"),
     "q.score_flops.one_head": ("that is one head: there are 32", "这只是一个头：一共有 32 个"),
     "q.score_flops.d_model": ("the inner dimension of Q·Kᵀ per head is head_dim (128), not d_model; over 32 heads that "
                               "is 4096 in total, so this is right only if you also dropped the heads",

@@ -31,6 +31,7 @@ QUESTIONS = {
         Msg("q.score_flops", model=LLAMA2_7B),
         2 * 32 * 4096 * 4096 * 128,
         {32 * 4096 * 4096 * 128: Msg("q.score_flops.multiply_adds"),
+         16 * 4096 * 4096 * 128: Msg("q.score_flops.causal_multiply_adds"),
          2 * 4096 * 4096 * 128: Msg("q.score_flops.one_head"),
          2 * 4096 * 4096 * 4096: Msg("q.score_flops.d_model")}),
     "grows_with_context": Question(
