@@ -169,6 +169,14 @@ def export(path: Path) -> str:
     return "\n".join(parts)
 
 
+def _own_cell_metadata(cells, cid) -> dict:
+    """A Chinese-only cell of an nbgrader notebook (solutions/) is locked prose, like the notebook's other markdown."""
+    if not any("nbgrader" in c.get("metadata", {}) for c in cells):
+        return {}
+    return {"nbgrader": {"grade": False, "grade_id": cid, "locked": True, "schema_version": 3, "solution": False,
+                         "task": False}}
+
+
 def import_text(path: Path, text: str) -> list[str]:
     """Put the markdown of ``text`` (as written by ``export``) into the twin at ``path``; returns the ids set."""
     nb = load(path)
@@ -191,7 +199,7 @@ def import_text(path: Path, text: str) -> list[str]:
             if not cid.startswith(OWN_PREFIX):
                 raise ValueError(f"markdown cell {cid} is not in {path.name}; a cell of the Chinese edition's own "
                                  f"needs an id starting with {OWN_PREFIX!r}")
-            cell = {"cell_type": "markdown", "id": cid, "metadata": {}, "source": []}
+            cell = {"cell_type": "markdown", "id": cid, "metadata": _own_cell_metadata(cells, cid), "source": []}
             at = cells.index(by_id[after]) + 1 if after else 0
             cells.insert(at, cell)
             by_id[cid] = cell

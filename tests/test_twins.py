@@ -155,6 +155,11 @@ def test_export_and_import_round_trip_and_refuse_mistakes(tmp_path):
     nb = twins.load(path)
     assert [("".join(c["source"]), c["metadata"].get("twin", {}).get("todo")) for c in nb["cells"]] == [
         ("# 标题", None), ("x = 1", None), ("一些文字。", None), ("只有中文版有的一格", None)]
+    graded = tmp_path / "zh-CN" / "graded.ipynb"  # in an nbgrader notebook a cell of its own is locked prose
+    twins.dump(_nb(("markdown", "a", "x")) | {"cells": [{"cell_type": "markdown", "id": "a", "source": "x",
+                                                          "metadata": {"nbgrader": {"locked": True}}}]}, graded)
+    twins.import_text(graded, "<!-- cell a -->\n文字\n<!-- cell zh-box -->\n面试官会怎么问\n")
+    assert twins.load(graded)["cells"][1]["metadata"]["nbgrader"]["locked"] is True
     with pytest.raises(ValueError, match="starting with 'zh-'"):
         twins.import_text(path, "<!-- cell extra -->\n文字\n")
     with pytest.raises(ValueError, match="is a code cell"):

@@ -29,7 +29,7 @@ SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a
 
 _HERE = Path(__file__).resolve().parent
 _COURSE = _HERE.parents[1]
-_LEARNER_MODULES = ("data.py", "device.py", "sizes.py", "viz.py")  # the course_utils a submission may use, copied
+_LEARNER_MODULES = ("data.py", "device.py", "lang.py", "sizes.py", "viz.py", "viz_zh.py")  # what a submission may use
 
 
 class SandboxUnavailable(Exception):
