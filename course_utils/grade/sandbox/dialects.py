@@ -211,14 +211,16 @@ class Caller:
 
     def settle(self, x) -> str:
         """Pick the convention under which outputs before the last token depend least on the last token:
-        not at all for a correct module (causal); the least for one with an unrelated mistake."""
+        not at all for a correct module (causal); the least for one with an unrelated mistake. When none is causal,
+        a forward that takes a mask is given one (the convention that leaks least), not called without it: a
+        mask filled with the wrong value must be graded as that mistake, not as a missing mask."""
         if self.mask_arg is None:
             return MASKS[0]
         g = torch.Generator().manual_seed(0)  # a probe of ordinary size: large inputs saturate the softmax
         x = torch.randn(x.shape, generator=g, dtype=x.dtype)
         x2 = x.clone()
         x2[:, -1] += torch.randn(x2[:, -1].shape, generator=g, dtype=x.dtype)
-        best = None  # (leak, kind, shape)
+        leaks = []  # (leak, kind, shape) of each convention that ran
         self.module.eval()
         for kind in range(4):
             for shape in ("square", "batch_head", "batch"):
@@ -232,9 +234,10 @@ class Caller:
                     a, b = a[0], b[0]
                 if not isinstance(a, torch.Tensor) or a.shape != x.shape:
                     continue  # the mask broadcast into the wrong shape
-                leak = (a[:, :-1] - b[:, :-1]).abs().nan_to_num(float("inf")).sum().item()
-                if best is None or leak < best[0] - 1e-6:
-                    best = (leak, kind, shape)
+                leaks.append(((a[:, :-1] - b[:, :-1]).abs().nan_to_num(float("inf")).sum().item(), kind, shape))
                 break  # it ran in this shape: the convention, not the shape, is what counts
+        causal = [c for c in leaks if c[0] <= 1e-5]
+        masked = [c for c in leaks if c[1] > 0]
+        best = causal[0] if causal else min(masked or leaks, key=lambda c: c[0], default=None)
         leak, self.kind, self.shape = best or (0.0, 0, "square")
         return MASKS[self.kind] + ("" if leak <= 1e-5 else NOT_CAUSAL)
