@@ -18,10 +18,10 @@ TWINS = [twins.twin_path(p) for p in twins.english_notebooks()]
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
 LATIN = re.compile(r"[A-Za-z]")
 _HAN = r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]"
-# a paragraph's line ending in a Chinese character and the next line going on with one (lists, tables, headings,
-# HTML and code start new blocks and do not count)
-WRAPPED = re.compile(rf"^(?![ \t]*(?:[-*+|#<>]|\d+\.|```|\$\$)).*{_HAN}\n"
-                     rf"(?![ \t]*(?:[-*+|#<>]|\d+\.\s|```|\$\$))[ \t]*{_HAN}",
+# a paragraph's line ending in a Chinese character and the next line going on with one, emphasis marks aside (lists,
+# tables, headings, HTML and code start new blocks and do not count)
+WRAPPED = re.compile(rf"^(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.|```|\$\$)).*{_HAN}[*_`]*\n"
+                     rf"(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.\s|```|\$\$))[ \t]*[*_`]*{_HAN}",
                      re.M)
 # what is not prose: fenced code, inline code, math, link targets, HTML tags, URLs
 NOT_PROSE = [re.compile(p, re.S) for p in (r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]+\$",
