@@ -215,14 +215,28 @@ def import_text(path: Path, text: str) -> list[str]:
     return done
 
 
-def execute(path: Path, timeout: int = 120) -> None:
-    """Run the notebook at ``path`` in its own folder (so it speaks Chinese) and save it with its outputs."""
+def run_notebook(path: Path, timeout: int = 120, allow_errors: bool = False):
+    """Run the notebook at ``path`` top to bottom in a fresh python3 kernel started in the notebook's folder (so a
+    twin speaks Chinese); returns the executed nbformat node. With ``allow_errors`` a cell's error is recorded in its
+    outputs instead of raised."""
     import nbformat
-    from nbconvert.preprocessors import ExecutePreprocessor
+    import zmq
+    from nbclient import NotebookClient
+    from traitlets.config import Config
 
     nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
-    ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(nb, {"metadata": {"path": str(path.parent)}})
-    data = json.loads(nbformat.writes(nb))
+    # curve-encrypted transport: a plain-TCP kernel warns about eavesdropping on stderr
+    config = Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+    NotebookClient(nb, kernel_name="python3", config=config, timeout=timeout, allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def execute(path: Path, timeout: int = 120) -> None:
+    """Run the notebook at ``path`` in its own folder and save it with its outputs (no per-run timings)."""
+    import nbformat
+
+    data = json.loads(nbformat.writes(run_notebook(path, timeout)))
     for cell in data["cells"]:
         cell.get("metadata", {}).pop("execution", None)
     dump(data, path)

@@ -4,24 +4,17 @@ pytest-xdist's loadscope runs them in parallel."""
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
-import zmq
-from nbclient import NotebookClient
-from traitlets.config import Config
+
+from course_utils.twins import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120  # per cell; each notebook takes a few seconds
 
 
 def execute(path):
-    """Run ``path`` in a fresh python3 kernel, errors recorded in the outputs instead of raised."""
-    nb = nbformat.read(str(path), as_version=4)
-    # Curve-encrypted transport: a plain-TCP kernel warns about eavesdropping on stderr
-    config = Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
-    NotebookClient(nb, kernel_name="python3", config=config, timeout=TIMEOUT_S, allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    return nb
+    """Run ``path`` in a fresh python3 kernel in its folder, errors recorded in the outputs instead of raised."""
+    return run_notebook(path, timeout=TIMEOUT_S, allow_errors=True)
 
 
 def check_cells(nb):

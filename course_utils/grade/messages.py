@@ -541,7 +541,7 @@ CHILD_ZH = {
     "dialect_shape": "{name} 的形状是 {got}，应为 {need}",
 }
 CATALOGUE.update({key: (en, CHILD_ZH.get(key, "")) for key, en in child.TEXTS.items()})
-JOINS = {"list.semicolon": ("; ", "；"), "list.comma": (", ", "、")}  # English as the child's (texts.JOINS)
+JOINS = {key: (en, {"list.semicolon": "；", "list.comma": "、"}[key]) for key, en in child.JOINS.items()}
 # texts that are only a frame around their parts (placeholders, code, punctuation): Chinese by its punctuation
 FRAMES = {"result.assumed", "compare.cache_layout", "error.plain", "q.line", "run.ended_tail", "run.missing_hint",
           "batch.status", "cli.skipped_line"}
