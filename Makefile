@@ -24,7 +24,7 @@ help:
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the environment"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
-	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/checkpoints/"
+	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
@@ -61,7 +61,7 @@ bench: $(STAMP)
 
 train: $(STAMP)
 	@# one thread: seeded training then rebuilds the committed checkpoints exactly
-	OMP_NUM_THREADS=1 $(PY) -m course_utils.induction
+	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone
 
 exercises: $(STAMP)
 	$(PY) -m course_utils.exercises solutions exercises

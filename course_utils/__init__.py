@@ -3,7 +3,9 @@
 Every class and function here is tested against PyTorch's built-ins
 (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``) in ``tests/``.
 """
-from .attention import (
+import sys
+
+from .reference.attention import (
     CausalAttention,
     MultiHeadAttentionWrapper,
     SelfAttention_v1,
@@ -13,12 +15,12 @@ from .attention import (
 )
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
-from .interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
-from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
+from .reference.interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
+from .reference.kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
 from .memory import TensorMemoryTracker, peak_tensor_bytes
-from .mla import LatentKVCache, MultiHeadLatentAttention, mla_cache_bytes
-from .sizes import kv_cache_bytes
-from .masks import (
+from .reference.mla import LatentKVCache, MultiHeadLatentAttention, mla_cache_bytes
+from .reference.sizes import kv_cache_bytes
+from .reference.masks import (
     allow_to_hide,
     causal_allow_mask,
     causal_hide_mask,
@@ -27,9 +29,9 @@ from .masks import (
     padding_allow_mask,
     padding_hide_mask,
 )
-from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
-from .online_softmax import online_softmax_attention
-from .rotary import (
+from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
+from .reference.online_softmax import online_softmax_attention
+from .reference.rotary import (
     apply_rope,
     half_to_interleaved,
     interleaved_to_half,
@@ -55,5 +57,10 @@ __all__ = [
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
 ]
-# course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here; so are
-# course_utils.gpt (the capstone's model) and course_utils.induction (its task and training).
+# course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
+
+# the capstone's model and task keep their short names: ``from course_utils.gpt import GPT`` (notebook 11, its
+# exercise and submissions) is ``course_utils.capstone.gpt``
+from .capstone import gpt, induction  # noqa: E402  (after the reference modules they build on)
+
+sys.modules[f"{__name__}.gpt"], sys.modules[f"{__name__}.induction"] = gpt, induction

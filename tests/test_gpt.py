@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_utils import GroupedQueryAttention, mha_to_gqa
-from course_utils.gpt import GPT, GPTConfig, ablate_heads, pool_kv_heads
+from course_utils.capstone.gpt import GPT, GPTConfig, ablate_heads, pool_kv_heads
 
 V, CTX = 11, 12
 

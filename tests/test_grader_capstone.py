@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import induction as ind
+from course_utils.capstone import induction as ind
 from course_utils.grade import check, source, specs_capstone
 from tests.grader_cases.capstone import ALTERNATIVES, DELEGATES, MUTANTS, REFERENCE, STUB
 from tests.grader_cases.implementations import mutate

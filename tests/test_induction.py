@@ -4,8 +4,8 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from course_utils import induction as ind
-from course_utils.gpt import GPT, GPTConfig, ablate_heads, pool_kv_heads
+from course_utils.capstone import induction as ind
+from course_utils.capstone.gpt import GPT, GPTConfig, ablate_heads, pool_kv_heads
 
 
 def test_batch_layout():

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-import course_utils.multihead as multihead
+import course_utils.reference.multihead as multihead
 import test_reference_causal as causal_tests
 import test_reference_errors as error_tests
 import test_reference_kv_cache as cache_tests

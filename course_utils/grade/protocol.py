@@ -20,7 +20,7 @@ from .specs import (CONTRACT_ARGS, CONTRACT_CLASS, FUNCTION_EXERCISES, INTERVIEW
 
 _COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # course_utils modules whose use counts as delegating to the reference (data, device, viz, sizes are fine)
-_REFERENCE_FILES = {os.path.join(_COURSE_DIR, f) for f in
+_REFERENCE_FILES = {os.path.join(_COURSE_DIR, "reference", f) for f in
                     ("attention.py", "multihead.py", "kv_cache.py", "masks.py", "interop.py", "rotary.py",
                      "online_softmax.py", "mla.py")}
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller

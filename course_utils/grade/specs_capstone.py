@@ -40,7 +40,7 @@ class ModelCase:
     meta: dict = field(default_factory=dict)
 
     def build(self):
-        from ..gpt import GPT
+        from ..capstone.gpt import GPT
         return GPT.from_checkpoint(self.state).eval()
 
 
@@ -109,7 +109,7 @@ _CASES: dict = {}
 
 
 def _make_cases(seed: int) -> list[ModelCase]:
-    from ..induction import checkpoint_path
+    from ..capstone.induction import checkpoint_path
 
     base = torch.load(checkpoint_path("mha"), map_location="cpu", weights_only=True)
     config = base["config"]
@@ -136,8 +136,8 @@ def _make_cases(seed: int) -> list[ModelCase]:
 
 def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
     """(previous-token head, induction head) of a checkpoint, by the course's scores on fixed sequences."""
-    from ..gpt import GPT
-    from ..induction import head_scores, make_batch
+    from ..capstone.gpt import GPT
+    from ..capstone.induction import head_scores, make_batch
 
     model = GPT.from_checkpoint(checkpoint).eval()
     c = model.config
@@ -190,7 +190,7 @@ class _ReferenceCalls(CallRecorder):
     """Records calls into course_utils.induction's scoring while the learner's function runs."""
 
     def __init__(self):
-        from .. import induction
+        from ..capstone import induction
         super().__init__()
         # unwrap: @torch.no_grad() wraps the function in a generic decorator whose code every wrapped function shares
         self.codes = {inspect.unwrap(induction.head_scores).__code__: "course_utils.induction.head_scores"}

@@ -29,7 +29,7 @@ SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a
 
 _HERE = Path(__file__).resolve().parent
 _COURSE = _HERE.parents[1]
-_LEARNER_MODULES = ("data.py", "device.py", "lang.py", "sizes.py", "viz.py", "viz_zh.py")  # what a submission may use
+_LEARNER_MODULES = ("data.py", "device.py", "lang.py", "reference/sizes.py", "viz.py", "viz_zh.py")  # what a submission may use
 
 
 class SandboxUnavailable(Exception):
@@ -39,9 +39,9 @@ class SandboxUnavailable(Exception):
 # what the capstone's exercise (find the induction head in a trained GPT) needs to run the model: the course's
 # attention modules. They are mounted only in a sandbox that grades that exercise alone, so that no other
 # exercise is ever graded with its answer importable; the course's own head scoring is left out of it.
-_MODEL_MODULES = ("_checks.py", "attention.py", "masks.py", "kv_cache.py", "rotary.py", "multihead.py",
-                  "interop.py", "gpt.py")
-_WITHHELD = {"induction.py": ("head_scores",)}
+_MODEL_MODULES = ("reference/_checks.py", "reference/attention.py", "reference/masks.py", "reference/kv_cache.py",
+                  "reference/rotary.py", "reference/multihead.py", "reference/interop.py", "capstone/gpt.py")
+_WITHHELD = {"capstone/induction.py": ("head_scores",)}
 
 
 def _without(source: str, names) -> str:
@@ -67,14 +67,17 @@ def build_lib(dest: Path, with_model: bool = False) -> Path:
     shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     for name in _LEARNER_MODULES:
-        shutil.copy(_COURSE / name, site / name)
+        shutil.copy(_COURSE / name, site / Path(name).name)
     if with_model:
+        for package in ("reference", "capstone"):
+            (site / package).mkdir()
+            (site / package / "__init__.py").write_text("")
         for name in _MODEL_MODULES:
             shutil.copy(_COURSE / name, site / name)
         for name, withheld in _WITHHELD.items():
             (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld),
                                      encoding="utf-8")
-        shutil.copytree(_COURSE / "checkpoints", site / "checkpoints", dirs_exist_ok=True,
+        shutil.copytree(_COURSE / "capstone" / "checkpoints", site / "capstone" / "checkpoints", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("*.png"))
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_divisible
-from .kv_cache import KVCache
-from .interop import mha_to_gqa
-from .multihead import GroupedQueryAttention
+from ..reference._checks import check_divisible
+from ..reference.kv_cache import KVCache
+from ..reference.interop import mha_to_gqa
+from ..reference.multihead import GroupedQueryAttention
 
 
 @dataclass

@@ -283,7 +283,7 @@ def main(argv=None) -> int:
 
     from .gpt import pool_kv_heads
 
-    parser = argparse.ArgumentParser(prog="python -m course_utils.induction", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m course_utils.capstone", description=main.__doc__)
     parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR, help="folder for the checkpoints and figure")
     parser.add_argument("--steps", type=int, default=MHA_TRAINING.steps, help="MHA training steps")
     args = parser.parse_args(argv)
