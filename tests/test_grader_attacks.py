@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grade.sandbox import jail
+from course_utils.grade import jail
 from tests.grader_cases import attacks
 
 ROOT = Path(__file__).resolve().parents[1]

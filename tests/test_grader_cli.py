@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade import runner
-from course_utils.grade.sandbox import jail
+from course_utils.grade import jail
 from tests.grader_cases.implementations import REFERENCE, mutate
 
 ROOT = Path(__file__).resolve().parents[1]

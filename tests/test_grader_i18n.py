@@ -16,7 +16,8 @@ from course_utils.grade import __main__ as cli
 from course_utils.grade import batch, check, check_answers, grade_class, messages, runner, specs, specs_capstone
 from course_utils.grade.diagnose import verdict
 from course_utils.grade.messages import CATALOGUE, JOINS, Msg, from_child
-from course_utils.grade.sandbox import jail, texts
+from course_utils.grade import jail
+from course_utils.grade.sandbox import texts
 from tests.grader_cases import capstone, dialects
 from tests.grader_cases.implementations import ALTERNATIVES, REFERENCE, STUB_FORWARD, mutate
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from course_utils.grade import check, runner
 from course_utils.grade.batch import grade_folder
-from course_utils.grade.sandbox import jail
+from course_utils.grade import jail
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import sys
 from ..lang import LANGUAGES, current_language, normalize_language
 from . import runner
 from .messages import Msg, text
-from .sandbox import jail
+from . import jail
 from .specs import EXERCISES
 from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone
 

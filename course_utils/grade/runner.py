@@ -12,7 +12,7 @@ from . import protocol, source, specs, specs_capstone
 from .diagnose import failure, verdict
 from .messages import Msg, from_child, resolve, text
 from .questions import QUESTIONS, grade_answer
-from .sandbox import jail
+from . import jail
 
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = 120.0

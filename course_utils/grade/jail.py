@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..messages import Msg
+from .messages import Msg
 
 MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
 MAX_PROCESSES = 64         # processes and threads of the sandbox's user
@@ -27,7 +27,7 @@ MAX_RESULT = 64 << 20      # bytes read back from the result pipe
 STDERR_TAIL = 4096         # bytes of stderr kept
 SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a user
 
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parent / "sandbox"  # what is mounted at /grader
 _COURSE = _HERE.parents[1]
 _LEARNER_MODULES = ("data.py", "device.py", "lang.py", "reference/sizes.py", "viz.py", "viz_zh.py")  # what a submission may use
 
