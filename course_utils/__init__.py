@@ -27,6 +27,22 @@ from .masks import (
     padding_allow_mask,
     padding_hide_mask,
 )
+from .rope_scaling import (
+    linear_scaling_inv_freq,
+    llama3_inv_freq,
+    ntk_scaling_inv_freq,
+    scaled_rope_cos_sin,
+    yarn_correction_range,
+    yarn_inv_freq,
+)
+from .sliding_window import (
+    RingKVCache,
+    attend_with_sink_logit,
+    layer_windows,
+    sliding_window_cache_bytes,
+    sliding_window_mask,
+    sliding_window_mask_at,
+)
 from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .online_softmax import online_softmax_attention
 from .rotary import (
@@ -54,6 +70,10 @@ __all__ = [
     "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
+    # long context (notebook 12)
+    "RingKVCache", "attend_with_sink_logit", "layer_windows", "linear_scaling_inv_freq", "llama3_inv_freq",
+    "ntk_scaling_inv_freq", "scaled_rope_cos_sin", "sliding_window_cache_bytes", "sliding_window_mask",
+    "sliding_window_mask_at", "yarn_correction_range", "yarn_inv_freq",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here; so are
 # course_utils.gpt (the capstone's model) and course_utils.induction (its task and training).
