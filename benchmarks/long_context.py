@@ -21,7 +21,7 @@ def _decode(cache, q, k, v, window, checkpoints=()):
     steps = q.shape[2]
     outs, held = [], {}
     for t in range(steps):
-        position = torch.tensor([t], device=q.device)
+        position = torch.arange(t, t + 1, device=q.device)  # no host-to-device copy per step
         q_t, k_t = rope(q[:, :, t:t + 1], position), rope(k[:, :, t:t + 1], position)
         keys, values = cache.update(k_t, v[:, :, t:t + 1])
         if isinstance(cache, RingKVCache):

@@ -107,49 +107,65 @@ class RingKVCache(KVCache):
     @property
     def seq_len(self) -> int:
         """Tokens held now (at most num_sinks + window)."""
-        return len(self.cached_positions())
+        first, end = self._ring_span()
+        return self._num_sinks_held() + end - first
 
     def next_positions(self, num_tokens: int) -> torch.Tensor:
         """(num_tokens,) absolute positions of the next tokens, for RoPE: they do not restart at the wrap."""
         return torch.arange(self.seen, self.seen + num_tokens, device=self.ring_keys.device)
 
+    def _num_sinks_held(self) -> int:
+        return min(self.seen, self.num_sinks)
+
+    def _ring_span(self) -> tuple[int, int]:
+        """(first, end): the ring holds positions first .. end - 1, at most ``window`` of them."""
+        first = min(max(self.num_sinks, self.seen - self.window), self.seen)  # empty while only sinks are seen
+        return first, self.seen
+
     def cached_positions(self) -> torch.Tensor:
         """Positions held now, oldest first: the sinks, then the ring's last ``window`` positions."""
-        sinks = torch.arange(min(self.seen, self.num_sinks), device=self.ring_keys.device)
-        first = min(max(self.num_sinks, self.seen - self.window), self.seen)  # empty while only sinks are seen
-        ring = torch.arange(first, self.seen, device=self.ring_keys.device)
-        return torch.cat([sinks, ring])
-
-    def _ring_slots(self, positions: torch.Tensor) -> torch.Tensor:
-        return (positions - self.num_sinks) % self.window
+        first, end = self._ring_span()
+        device = self.ring_keys.device
+        return torch.cat([torch.arange(self._num_sinks_held(), device=device), torch.arange(first, end, device=device)])
 
     def _read(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cached keys and values in age order (gathered from the ring by position, not in slot order)."""
-        positions = self.cached_positions()
-        ring_positions = positions[positions >= self.num_sinks]
-        slots = self._ring_slots(ring_positions)
-        n_sinks = len(positions) - len(ring_positions)
-        keys = torch.cat([self.sink_keys[:, :, :n_sinks], self.ring_keys[:, :, slots]], dim=2)
-        values = torch.cat([self.sink_values[:, :, :n_sinks], self.ring_values[:, :, slots]], dim=2)
-        return keys, values
+        """Cached keys and values oldest first: the sinks, then the ring rotated to start at its oldest slot.
+
+        Before the first wrap-around that is slots 0 .. count - 1; after it, slots start .. window - 1 followed by
+        0 .. start - 1. Plain slices, no index tensors: nothing waits for the GPU.
+        """
+        first, end = self._ring_span()
+        n_sinks, count = self._num_sinks_held(), end - first
+        start = (first - self.num_sinks) % self.window  # the oldest token's slot
+        wrapped = max(0, start + count - self.window)  # how many of the newest sit at slots 0 .. wrapped - 1
+
+        def oldest_first(sinks, ring):
+            return torch.cat([sinks[:, :, :n_sinks], ring[:, :, start:start + count], ring[:, :, :wrapped]], dim=2)
+
+        return oldest_first(self.sink_keys, self.ring_keys), oldest_first(self.sink_values, self.ring_values)
+
+    def _write(self, keys, values) -> None:
+        """Store n new tokens (positions seen .. seen + n - 1): sinks into their own slots, then only the last
+        ``window`` of the rest into the ring (older ones would be overwritten anyway), in at most two slices."""
+        n = keys.shape[2]
+        n_new_sinks = max(0, min(self.num_sinks, self.seen + n) - self.seen)
+        self.sink_keys[:, :, self.seen:self.seen + n_new_sinks] = keys[:, :, :n_new_sinks]
+        self.sink_values[:, :, self.seen:self.seen + n_new_sinks] = values[:, :, :n_new_sinks]
+        i0 = max(n_new_sinks, n - self.window)  # the first new token the ring keeps
+        slot = (self.seen + i0 - self.num_sinks) % self.window
+        head = min(n - i0, self.window - slot)  # up to the ring's end, the rest from slot 0
+        for ring, new in ((self.ring_keys, keys), (self.ring_values, values)):
+            ring[:, :, slot:slot + head] = new[:, :, i0:i0 + head]
+            ring[:, :, :n - i0 - head] = new[:, :, i0 + head:]
 
     def update(self, keys, values):
         b, h, _, d = self.ring_keys.shape
         self._check_new(keys, values, (b, h, d))
         n = keys.shape[2]
-        new_positions = torch.arange(self.seen, self.seen + n, device=self.ring_keys.device)
         old_keys, old_values = self._read()
-        self.key_positions = torch.cat([self.cached_positions(), new_positions])
+        self.key_positions = torch.cat([self.cached_positions(), self.next_positions(n)])
         all_keys, all_values = torch.cat([old_keys, keys], dim=2), torch.cat([old_values, values], dim=2)
-
-        # write: sinks into their own slots, then only the last `window` of the rest into the ring
-        is_sink = new_positions < self.num_sinks
-        self.sink_keys[:, :, new_positions[is_sink]] = keys[:, :, is_sink]
-        self.sink_values[:, :, new_positions[is_sink]] = values[:, :, is_sink]
-        kept = torch.nonzero(~is_sink).flatten()[-self.window:]  # older ones would be overwritten anyway
-        slots = self._ring_slots(new_positions[kept])
-        self.ring_keys[:, :, slots] = keys[:, :, kept]
-        self.ring_values[:, :, slots] = values[:, :, kept]
+        self._write(keys, values)
         self.seen += n
         return all_keys, all_values
 

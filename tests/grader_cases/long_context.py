@@ -17,11 +17,10 @@ def window_off_by_one(query_positions, key_positions, *, window, num_sinks=0):
 
 
 def read_in_slot_order(self):
-    positions = self.cached_positions()
-    n_ring = int((positions >= self.num_sinks).sum())
-    n_sinks = len(positions) - n_ring
-    keys = torch.cat([self.sink_keys[:, :, :n_sinks], self.ring_keys[:, :, :n_ring]], dim=2)  # slot 0 first
-    values = torch.cat([self.sink_values[:, :, :n_sinks], self.ring_values[:, :, :n_ring]], dim=2)
+    first, end = self._ring_span()
+    n_sinks, count = self._num_sinks_held(), end - first
+    keys = torch.cat([self.sink_keys[:, :, :n_sinks], self.ring_keys[:, :, :count]], dim=2)  # slot 0 first
+    values = torch.cat([self.sink_values[:, :, :n_sinks], self.ring_values[:, :, :count]], dim=2)
     return keys, values
 
 
@@ -32,8 +31,7 @@ def positions_reset_at_wrap(self, num_tokens):
 
 
 def sinks_evicted(self):
-    first = max(self.num_sinks, self.seen - self.window)
-    return torch.arange(min(first, self.seen), self.seen, device=self.ring_keys.device)  # the ring only
+    return 0  # the first tokens are no longer held: only the ring is read
 
 
 MUTANTS = {
@@ -48,5 +46,5 @@ MUTANTS = {
         "RingKVCache.next_positions", positions_reset_at_wrap),
     "sinks_evicted": (
         "the sink tokens are evicted with the rest of the window: queries no longer see the first tokens",
-        "RingKVCache.cached_positions", sinks_evicted),
+        "RingKVCache._num_sinks_held", sinks_evicted),
 }
