@@ -61,7 +61,9 @@ def yarn_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0, *,
 
     ``ramp_i`` goes from 0 at pair ``low`` to 1 at pair ``high`` (``yarn_correction_range``); pair i keeps
     ``theta_i`` where the ramp is 0 (fast pairs) and gets ``theta_i / factor`` where it is 1 (slow pairs).
-    ``attention_factor`` defaults to ``0.1 * ln(factor) + 1`` (the paper's sqrt(1/t)).
+    ``attention_factor`` defaults to ``0.1 * ln(factor) + 1`` (the paper's sqrt(1/t)). Newer Hugging Face versions
+    also read DeepSeek's ``mscale``/``mscale_all_dim`` and a ``truncate=False`` option (no floor/ceil of the range);
+    neither is here: this is their default path.
     """
     _check_factor(factor)
     theta = rope_inv_freq(head_dim, base, dtype=dtype)  # (d/2,)

@@ -99,6 +99,7 @@ RING_CASES = [  # window, num_sinks, chunks
     (3, 2, [1] * 14),           # sinks, decode only
     (4, 2, [9, 2, 1, 1, 4]),    # sinks, prefill past sinks + window
     (6, 0, [2, 2, 2, 2, 2, 1]), # chunks that do not divide the window
+    (3, 3, [2, 2, 1, 5, 1, 1]), # a chunk that straddles the last sink and the ring
 ]
 
 
@@ -165,6 +166,7 @@ def test_layer_windows_and_cache_bytes():
     (lambda: sw.sliding_window_mask(4, window=0), "window must be a positive int"),
     (lambda: sw.sliding_window_mask(5, 3, window=2), "cannot follow"),
     (lambda: sw.RingKVCache(1, 1, None, 4), "needs a window"),
+    (lambda: sw.RingKVCache(1, 2, 3, 4).update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4)), "num_kv_heads=2"),
     (lambda: sw.attend_with_sink_logit(*(torch.randn(1, 2, 3, 4) for _ in range(3)), torch.zeros(3)),
      "one logit per head"),
     (lambda: rs.yarn_inv_freq(8, factor=0.5, original_max_position_embeddings=64), "factor must be a number >= 1"),
