@@ -9,6 +9,8 @@ Correctness is checked before anything is timed: the variants must agree with th
 must produce the same greedy tokens, and the measured cache bytes must equal course_utils.kv_cache_bytes.
 The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
 latent cache (notebook 10) against GQA's (benchmarks/beyond.py); both sections are skipped for a config without them.
+A sliding-window layer decodes 4096 steps with a ring-buffer cache against a growing one (notebook 12,
+benchmarks/long_context.py): bytes held and time.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from course_utils import get_device
 
 from .beyond import beyond_ratios, bench_mla_cache, bench_online_softmax
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
+from .long_context import bench_ring_cache, long_context_ratios
 from .timing import median_time, median_times
 from .variants import VARIANTS, build_variants, check_variants_agree
 
@@ -45,6 +48,8 @@ CONFIGS = {
                             dtype="float32", atol=1e-4, repeats=3),
         mla=dict(d_model=256, num_heads=8, kv_latent_dim=64, rope_dim=16, num_kv_groups=2, prompt_len=16,
                  new_tokens=256, atol=1e-4, repeats=3),
+        long_context=dict(batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5,
+                          repeats=3),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -55,6 +60,8 @@ CONFIGS = {
                             dtype="float32", atol=1e-4, repeats=1),
         mla=dict(d_model=128, num_heads=4, kv_latent_dim=32, rope_dim=8, num_kv_groups=2, prompt_len=8,
                  new_tokens=64, atol=1e-4, repeats=1),
+        long_context=dict(batch=1, kv_heads=1, head_dim=32, window=256, steps=4096, dtype="float32", atol=1e-5,
+                          repeats=1),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -65,6 +72,8 @@ CONFIGS = {
                             dtype="bfloat16", atol=5e-2, repeats=5, warmup=2),
         mla=dict(d_model=1024, num_heads=16, kv_latent_dim=256, rope_dim=32, num_kv_groups=4, prompt_len=16,
                  new_tokens=256, atol=1e-3, repeats=3),
+        long_context=dict(batch=8, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
+                          repeats=3, warmup=1),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -75,6 +84,8 @@ CONFIGS = {
                             dtype="bfloat16", atol=5e-2, repeats=3, warmup=1),
         mla=dict(d_model=512, num_heads=8, kv_latent_dim=128, rope_dim=32, num_kv_groups=2, prompt_len=8,
                  new_tokens=64, atol=1e-3, repeats=1),
+        long_context=dict(batch=4, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
+                          repeats=1),
     ),
 }
 
@@ -83,6 +94,8 @@ REQUIRED_RATIOS = ("fastest_mha_vs_sdpa", "fastest_mha_vs_nn_mha", "cache_speedu
 # present when the config has the online_softmax and mla sections (results committed before them lack these)
 BEYOND_RATIOS = ("online_softmax_vs_sdpa_time", "naive_vs_sdpa_time", "naive_vs_online_softmax_peak_bytes",
                  "gqa_vs_mla_cache_bytes", "gqa_vs_mla_cache_bytes_error", "mla_absorbed_vs_explicit_decode_time")
+# present when the config has the long_context section (notebook 12)
+LONG_CONTEXT_RATIOS = ("growing_vs_ring_cache_bytes", "ring_vs_growing_decode_time")
 
 
 def device_label(device: torch.device) -> str:
@@ -334,6 +347,7 @@ def compute_ratios(report, cfg):
         "gqa_cache_bytes_ratio_error": abs(measured - theory),
         "gqa_cache_bytes_ratio": measured,
         **beyond_ratios(report),
+        **long_context_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -341,6 +355,7 @@ def compute_ratios(report, cfg):
             "gqa": f"{gqa} vs mha",
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
+            "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
         },
     }
 
@@ -362,6 +377,9 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     if "mla" in cfg:
         log("MLA vs GQA cache")
         report["mla_cache"] = bench_mla_cache(cfg, device, log)
+    if "long_context" in cfg:
+        log("Ring-buffer vs growing KV cache (sliding window)")
+        report["long_context"] = bench_ring_cache(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

@@ -29,6 +29,22 @@ from .reference.masks import (
     padding_allow_mask,
     padding_hide_mask,
 )
+from .reference.rope_scaling import (
+    linear_scaling_inv_freq,
+    llama3_inv_freq,
+    ntk_scaling_inv_freq,
+    scaled_rope_cos_sin,
+    yarn_correction_range,
+    yarn_inv_freq,
+)
+from .reference.sliding_window import (
+    RingKVCache,
+    attend_with_sink_logit,
+    layer_windows,
+    sliding_window_cache_bytes,
+    sliding_window_mask,
+    sliding_window_mask_at,
+)
 from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .reference.online_softmax import online_softmax_attention
 from .reference.rotary import (
@@ -56,6 +72,10 @@ __all__ = [
     "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
+    # long context (notebook 12)
+    "RingKVCache", "attend_with_sink_logit", "layer_windows", "linear_scaling_inv_freq", "llama3_inv_freq",
+    "ntk_scaling_inv_freq", "scaled_rope_cos_sin", "sliding_window_cache_bytes", "sliding_window_mask",
+    "sliding_window_mask_at", "yarn_correction_range", "yarn_inv_freq",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
 

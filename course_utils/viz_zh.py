@@ -81,6 +81,14 @@ LABELS = {
     "zero one head (red: previous-token and induction head)": "把一个头置零（红色：前一词元头和归纳头）",
     "uptraining step": "上训练步数",
     "uptraining after mean-pooling the K/V heads": "K/V 头平均池化后的上训练",
+    # 12
+    "pair i": "维度对 i",
+    "θ_i / scaled θ_i": "θ_i / 缩放后的 θ_i",
+    "how much each pair is slowed (s = 4)": "每个维度对被放慢了多少（s = 4）",
+    "no scaling": "不缩放",
+    "linear (PI)": "线性（位置插值）",
+    "Llama 3.1 rule": "Llama 3.1 的规则",
+    "all-ones query and key, trained on 4096 tokens": "全 1 的查询和键，训练长度 4096 个 token",
     # course_utils.viz
     "key": "键（key）",
     "query": "查询（query）",
@@ -99,6 +107,8 @@ PATTERNS = [(re.compile(p), r) for p, r in (
     (r"^(\d+) kv heads$", r"\1 个 KV 头"),
     (r"^cos\(m θ_i\), head_dim=(.*)$", r"cos(m θ_i)，head_dim=\1"),
     (r"^base (\S+)$", r"基数 base = \1"),
+    (r"^window (\d+), (\d+) sink\(s\): query (\d+) sees (\d+) keys$",
+     r"窗口 \1，\2 个汇聚点：查询 \3 看到 \4 个键"),
     (r"^(\d+) of (\d+) tiles computed \(orange: masked inside, grey: skipped\)$",
      r"已计算 \1 / \2 个分块（橙色：块内有遮挡，灰色：跳过）"),
     (r"^(forward|forward \+ backward): (.*)$", lambda m: f"{LABELS[m.group(1)]}：{m.group(2)}"),

@@ -21,6 +21,7 @@ TINY = dict(
                         repeats=1, warmup=0),
     mla=dict(d_model=16, num_heads=4, kv_latent_dim=6, rope_dim=2, num_kv_groups=2, prompt_len=3, new_tokens=4,
              atol=1e-5, repeats=1),
+    long_context=dict(batch=2, kv_heads=2, head_dim=4, window=3, steps=10, dtype="float32", atol=1e-5, repeats=1),
 )
 TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
 
@@ -138,6 +139,22 @@ def test_run_writes_json_with_required_keys(tmp_path):
     mla = report["mla_cache"]["results"]
     assert mla["mla_explicit"]["cache_bytes_measured"] == 7 * 8 * 4 == mla["mla_absorbed"]["cache_bytes_measured"]
     assert report["mla_cache"]["deepseek_v3_bf16_bytes_per_token"] == {"mla": 70_272, "mha_same_heads": 4_997_120}
+    # ring buffer: 3 slots from the first step, against all 10 tokens (2 * batch 2 * heads 2 * head_dim 4 * 4 bytes)
+    for key in bench.LONG_CONTEXT_RATIOS:
+        assert isinstance(ratios[key], float) and ratios[key] > 0, key
+    held = report["long_context"]["results"]
+    assert set(held["ring"]["bytes_held"].values()) == {3 * 2 * 2 * 2 * 4 * 4}
+    assert held["growing"]["bytes_held"]["10"] == 10 * 2 * 2 * 2 * 4 * 4
+    assert ratios["growing_vs_ring_cache_bytes"] == 10 / 3
+    assert report["long_context"]["max_abs_error"] < 1e-5
+
+
+def test_ring_cache_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import long_context
+    monkeypatch.setattr(long_context, "sliding_window_mask_at",
+                        lambda q, k, window: torch.zeros(len(q), len(k), dtype=torch.bool))  # forgets the window
+    with pytest.raises(AssertionError, match="disagree"):
+        long_context.bench_ring_cache(TINY, "cpu", log=lambda *args: None)
 
 
 def test_online_softmax_benchmark_refuses_disagreeing_results(monkeypatch):
@@ -168,3 +185,6 @@ def test_committed_results_have_required_keys():
             missing = [key for key in bench.BEYOND_RATIOS if key not in report["ratios"]]
             assert not missing, f"{path.name} lacks ratios {missing}"
             assert report["ratios"]["gqa_vs_mla_cache_bytes_error"] == 0.0
+        if "long_context" in report:  # results from after notebook 12
+            missing = [key for key in bench.LONG_CONTEXT_RATIOS if key not in report["ratios"]]
+            assert not missing, f"{path.name} lacks ratios {missing}"

@@ -33,3 +33,9 @@ def test_nbgrader_requirements_share_the_course_pins():
 def test_installed_torch_is_the_pinned_one():
     import torch
     assert torch.__version__.split("+")[0] == pins(ROOT / "requirements.txt")["torch"]
+
+
+def test_make_setup_finds_the_torch_pin():
+    # make setup installs torch first, from the index TORCH_INDEX picks, with `grep -E '^torch==' requirements.txt`
+    lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if re.match(r"torch==", line)]
+    assert lines == [f"torch=={pins(ROOT / 'requirements.txt')['torch']}"], lines
