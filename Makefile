@@ -43,13 +43,17 @@ $(STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	@# root: the repository, so that exercises/ and solutions/ are in the file browser; opens the notebooks' index
+	@# root: the repository, so that exercises/ and solutions/ are in the file browser. default_url is the page the
+	@# browser opens and the URL the server prints (headless: the one to copy), so both land on the notebooks' index
+	@# (a file named on the command line would open only in a local browser; the printed URL would be the Launcher).
 	@# --allow-root only where we are root (containers); LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8890"
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/README.md
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		--LabApp.default_url=/lab/tree/notebooks/README.md $(LAB_ARGS)
 
 lab-zh: $(STAMP)
 	@# the Chinese edition: its notebooks run in zh-CN folders, where the grader and the figures speak Chinese
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/zh-CN/README.md
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md $(LAB_ARGS)
 
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
