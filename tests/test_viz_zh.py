@@ -98,3 +98,35 @@ def test_chinese_labels_are_drawn_with_a_cjk_font(tmp_path):
 def test_without_a_cjk_font_figures_stay_english(tmp_path):
     out = _draw(tmp_path, no_font=True)
     assert "key | head 0 | attention weights" in out and "glyph warnings: 0" in out, out
+
+
+@pytest.mark.parametrize("lang, font, says", [("zh", None, True), ("zh", "Noto Sans CJK SC", False),
+                                              ("en", None, False)])
+def test_a_missing_cjk_font_is_said_once(monkeypatch, capsys, lang, font, says):
+    """A Chinese notebook without a CJK font says once why its figures are English, naming what to install."""
+    from course_utils import viz
+    monkeypatch.setattr(viz, "_cjk_family", [font])
+    monkeypatch.setattr(viz, "_noticed", [])
+    monkeypatch.setattr(viz, "current_language", lambda: lang)
+    assert viz.notice_missing_cjk_font() is says
+    assert viz.notice_missing_cjk_font() is False  # once
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert out.out == (viz.NO_CJK_FONT_NOTICE + "\n" if says else "")
+    if says:
+        for package in ("fonts-noto-cjk", "google-noto-sans-cjk-fonts", "PingFang", "Microsoft YaHei"):
+            assert package in out.out
+
+
+def test_nbval_compares_chinese_notebooks_without_the_notice():
+    """notebooks/sanitize.cfg drops the notice, so a machine without a CJK font runs the committed outputs."""
+    from nbval.plugin import get_sanitize_patterns
+
+    from course_utils import viz
+    patterns = get_sanitize_patterns((ROOT / "notebooks" / "sanitize.cfg").read_text(encoding="utf-8"))
+
+    def sanitize(text):
+        for regex, replace in patterns:
+            text = re.sub(regex, replace, text)
+        return text
+    assert sanitize(viz.NO_CJK_FONT_NOTICE + "\ndevice: cpu\n") == sanitize("device: cpu\n")
