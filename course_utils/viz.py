@@ -6,11 +6,13 @@ controls appear above it, and each change redraws the figure in place (through a
 
 In Chinese (``course_utils.lang``: the Chinese notebooks, or ``ATTN_LANG=zh``) figure texts are translated as
 they are set (``viz_zh``) and drawn with an installed CJK font; without such a font they stay English rather than
-show empty boxes, and a notebook says so once, when it imports this module (``NO_CJK_FONT_NOTICE``).
+show empty boxes, and a notebook open in JupyterLab says so once, when it imports this module
+(``NO_CJK_FONT_NOTICE``).
 """
 from __future__ import annotations
 
 import io
+import os
 import sys
 
 import matplotlib.pyplot as plt
@@ -54,8 +56,7 @@ def speaks_chinese() -> bool:
     return current_language() == "zh" and cjk_font() is not None
 
 
-# printed once in a Chinese notebook without a CJK font (stdout, so not a warning; notebooks/sanitize.cfg drops it,
-# so that nbval compares the same outputs with and without the font)
+# printed once in a Chinese notebook without a CJK font: on stdout, not a warning
 NO_CJK_FONT_NOTICE = ("提示：没有找到中文字体，图中的文字会显示为英文。装一个中文字体、重启内核即可："
                       "Debian/Ubuntu 装 fonts-noto-cjk（sudo apt-get install fonts-noto-cjk），"
                       "Fedora 装 google-noto-sans-cjk-fonts（sudo dnf install google-noto-sans-cjk-fonts）；"
@@ -94,7 +95,9 @@ if speaks_chinese():
     _use_cjk_font()
     if not hasattr(Text.set_text, "__wrapped__"):
         Text.set_text = _translating_set_text(Text.set_text)
-elif "ipykernel" in sys.modules:  # a notebook (not the grader, not a script): the learner sees its first output
+elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
+    # a notebook open in JupyterLab (its server names the kernel's session): the learner sees it in the first output.
+    # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts
     notice_missing_cjk_font()
 
 
