@@ -4,9 +4,18 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# two stamps: the course (what make lab needs) and, on top of it, the test tools (pytest, nbval, playwright)
+COURSE_STAMP := $(VENV)/.installed-course
 STAMP  := $(VENV)/.installed
-# extra pip arguments, e.g. PIP_ARGS="--index-url <PyTorch's CPU wheel index>" to avoid the CUDA build
+# extra pip arguments for every install, e.g. PIP_ARGS="--no-cache-dir"
 PIP_ARGS ?=
+# Which build of PyTorch. On Linux, PyPI's torch is the CUDA build (triton and about fifteen nvidia-* packages, several
+# GB). auto: PyTorch's CPU wheel index when nvidia-smi finds no GPU and that index answers within TORCH_INDEX_TIMEOUT
+# seconds, else the default index; default: pip's default index (PyPI); a URL: torch from that index, e.g.
+# TORCH_INDEX=https://download.pytorch.org/whl/cu126 or .../rocm6.4. macOS and Windows: PyPI's build (no CUDA).
+TORCH_INDEX ?= auto
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX_TIMEOUT ?= 3
 SUBMISSIONS ?= submissions
 OUT    ?= grades
 PYTEST_WORKERS ?= 2
@@ -22,7 +31,7 @@ help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
-	@echo "make setup        only build the environment"
+	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
@@ -32,24 +41,52 @@ help:
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
 	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
 
-setup: $(STAMP)
+setup: $(COURSE_STAMP)
 
-$(STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
+$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch first, from the index TORCH_INDEX picks (a torch already installed at the pinned version stays)
+	@index="$(TORCH_INDEX)"; \
+	if [ "$$index" = auto ]; then \
+		index=default; \
+		if [ "$$(uname -s)" = Linux ] && ! nvidia-smi -L >/dev/null 2>&1; then \
+			if timeout $(TORCH_INDEX_TIMEOUT) $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))' \
+				"$(TORCH_CPU_INDEX)/torch/" "$(TORCH_INDEX_TIMEOUT)" >/dev/null 2>&1; then \
+				index="$(TORCH_CPU_INDEX)"; \
+				echo "no NVIDIA GPU: installing PyTorch's CPU build (make setup TORCH_INDEX=default for PyPI's CUDA build)"; \
+			else \
+				echo "no NVIDIA GPU, but $(TORCH_CPU_INDEX) was not reachable within $(TORCH_INDEX_TIMEOUT) s: torch from the default index"; \
+			fi; \
+		fi; \
+	fi; \
+	if [ "$$index" != default ]; then \
+		echo "$(PY) -m pip install -q $(PIP_ARGS) --index-url $$index $$(grep -E '^torch==' requirements.txt)"; \
+		$(PY) -m pip install -q $(PIP_ARGS) --index-url "$$index" "$$(grep -E '^torch==' requirements.txt)" || \
+			echo "could not install torch from $$index: torch from the default index"; \
+	fi
 	$(PY) -m pip install -q $(PIP_ARGS) -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	mkdir -p $(VENV)/etc && cp -R etc/ipython etc/jupyter $(VENV)/etc/
 	mkdir -p $(VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(VENV)/share/jupyter/lab/settings/
-	@touch $(STAMP)
+	@touch $@
 
-lab: $(STAMP)
-	@# root: the repository, so that exercises/ and solutions/ are in the file browser; opens the notebooks' index
+# the test tools, for every target but setup, lab and lab-zh
+$(STAMP): requirements-test.txt $(COURSE_STAMP)
+	$(PY) -m pip install -q $(PIP_ARGS) -r requirements-test.txt
+	@touch $@
+
+lab: $(COURSE_STAMP)
+	@# root: the repository, so that exercises/ and solutions/ are in the file browser. default_url is the page the
+	@# browser opens and the URL the server prints (headless: the one to copy), so both land on the notebooks' index
+	@# (a file named on the command line would open only in a local browser; the printed URL would be the Launcher).
 	@# --allow-root only where we are root (containers); LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8890"
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/README.md
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		--LabApp.default_url=/lab/tree/notebooks/README.md $(LAB_ARGS)
 
-lab-zh: $(STAMP)
+lab-zh: $(COURSE_STAMP)
 	@# the Chinese edition: its notebooks run in zh-CN folders, where the grader and the figures speak Chinese
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks/zh-CN/README.md
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md $(LAB_ARGS)
 
 test: $(STAMP)
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription

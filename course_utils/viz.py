@@ -6,11 +6,14 @@ controls appear above it, and each change redraws the figure in place (through a
 
 In Chinese (``course_utils.lang``: the Chinese notebooks, or ``ATTN_LANG=zh``) figure texts are translated as
 they are set (``viz_zh``) and drawn with an installed CJK font; without such a font they stay English rather than
-show empty boxes.
+show empty boxes, and a notebook open in JupyterLab says so once, when it imports this module
+(``NO_CJK_FONT_NOTICE``).
 """
 from __future__ import annotations
 
 import io
+import os
+import sys
 
 import matplotlib.pyplot as plt
 import torch
@@ -53,6 +56,23 @@ def speaks_chinese() -> bool:
     return current_language() == "zh" and cjk_font() is not None
 
 
+# printed once in a Chinese notebook without a CJK font: on stdout, not a warning
+NO_CJK_FONT_NOTICE = ("提示：没有找到中文字体，图中的文字会显示为英文。装一个中文字体、重启内核即可："
+                      "Debian/Ubuntu 装 fonts-noto-cjk（sudo apt-get install fonts-noto-cjk），"
+                      "Fedora 装 google-noto-sans-cjk-fonts（sudo dnf install google-noto-sans-cjk-fonts）；"
+                      "macOS 自带 PingFang，Windows 自带 Microsoft YaHei（微软雅黑）。")
+_noticed: list = []  # [True] once the notice is printed
+
+
+def notice_missing_cjk_font() -> bool:
+    """In Chinese without a CJK font, print ``NO_CJK_FONT_NOTICE`` once per process; return whether it printed."""
+    if _noticed or current_language() != "zh" or cjk_font() is not None:
+        return False
+    _noticed.append(True)
+    print(NO_CJK_FONT_NOTICE)
+    return True
+
+
 def _use_cjk_font() -> None:
     # Latin text keeps the default font; a glyph it lacks falls back to the CJK family (matplotlib >= 3.6)
     latin = font_manager.FontProperties(family=plt.rcParams["font.family"]).get_family()[0]
@@ -75,6 +95,10 @@ if speaks_chinese():
     _use_cjk_font()
     if not hasattr(Text.set_text, "__wrapped__"):
         Text.set_text = _translating_set_text(Text.set_text)
+elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
+    # a notebook open in JupyterLab (its server names the kernel's session): the learner sees it in the first output.
+    # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts
+    notice_missing_cjk_font()
 
 
 def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True):

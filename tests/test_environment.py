@@ -1,4 +1,5 @@
-"""The pins in requirements.txt (the source of truth), environment.yml and requirements-nbgrader.txt must agree."""
+"""The pins in requirements.txt and requirements-test.txt (the sources of truth: the course, the test tools),
+environment.yml (both, for conda) and requirements-nbgrader.txt must agree."""
 import re
 from pathlib import Path
 
@@ -16,9 +17,18 @@ def pins(path):
 
 
 def test_environment_yml_matches_requirements():
-    req, env = pins(ROOT / "requirements.txt"), pins(ROOT / "environment.yml")
-    assert req, "requirements.txt has no pins"
-    assert req == env, f"requirements.txt and environment.yml disagree: {set(req.items()) ^ set(env.items())}"
+    course, tools = pins(ROOT / "requirements.txt"), pins(ROOT / "requirements-test.txt")
+    assert course and tools, "requirements.txt or requirements-test.txt has no pins"
+    assert not set(course) & set(tools), f"pinned in both requirement files: {set(course) & set(tools)}"
+    req, env = course | tools, pins(ROOT / "environment.yml")
+    assert req == env, f"the requirement files and environment.yml disagree: {set(req.items()) ^ set(env.items())}"
+
+
+def test_the_course_needs_no_test_tools():
+    # make lab installs only requirements.txt: the test tools (playwright alone is about 160 MiB) stay out of it
+    course = pins(ROOT / "requirements.txt")
+    assert {"torch", "jupyterlab", "ipywidgets", "matplotlib"} <= set(course)
+    assert not {"pytest", "nbval", "playwright", "pytest-xdist"} & set(course), course
 
 
 def test_nbgrader_requirements_share_the_course_pins():

@@ -1,5 +1,6 @@
 """`make lab` serves the repository root (exercises/ and solutions/ reachable from the file browser) and lands on
-the notebooks' index, rendered as a Markdown preview.
+the notebooks' index, rendered as a Markdown preview: the browser it opens and the URL it prints (the one to copy when
+it runs headless, or on a remote machine) both go to /lab/tree/notebooks/README.md, not to the Launcher.
 
 The test runs the jupyter command of the Makefile's lab recipe (from `make -n lab`) with --no-browser on a free
 port, asks the server what it serves, and stops it.
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -26,20 +28,23 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="`make lab`
 def lab_command(extra_args, target="lab"):
     dry_run = subprocess.run(["make", "-s", "-n", target, f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    commands = [line for line in dry_run.splitlines() if " lab " in line and "jupyter" in line]
+    lines = dry_run.replace("\\\n", " ").splitlines()  # a recipe line continued with a backslash is one command
+    commands = [" ".join(line.split()) for line in lines if " lab " in line and "jupyter" in line]
     assert len(commands) == 1, f"expected one jupyter lab command in `make -n lab`, got:\n{dry_run}"
     return commands[0]
 
 
 def test_lab_recipe_opens_the_index_at_the_repository_root():
     command = lab_command("--no-browser")
-    assert "--ServerApp.root_dir=." in command and command.rstrip().endswith("notebooks/README.md"), command
+    assert "--ServerApp.root_dir=." in command, command
+    assert "--LabApp.default_url=/lab/tree/notebooks/README.md" in command, command
     assert "--allow-root" in command and "--no-browser" in command, command
 
 
 def test_lab_zh_opens_the_chinese_index():
     command = lab_command("--no-browser", target="lab-zh")
-    assert "--ServerApp.root_dir=." in command and command.rstrip().endswith("notebooks/zh-CN/README.md"), command
+    assert "--ServerApp.root_dir=." in command, command
+    assert "--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md" in command, command
     assert (ROOT / "notebooks" / "zh-CN" / "README.md").exists()
 
 
@@ -47,6 +52,23 @@ def _get(url, token, timeout=5):
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _redirect(url, token):
+    """Where the server sends a GET of ``url`` (its Location header)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        urllib.request.build_opener(_NoRedirect).open(request, timeout=5)
+    except urllib.error.HTTPError as e:
+        if e.code in (301, 302, 303, 307, 308):
+            return e.headers["Location"]
+        raise
+    raise AssertionError(f"{url} did not redirect")
 
 
 def test_lab_serves_the_repository(tmp_path):
@@ -77,6 +99,12 @@ def test_lab_serves_the_repository(tmp_path):
         names = {item["name"] for item in listing["content"]}
         assert {"notebooks", "exercises", "solutions", "course_utils"} <= names, names
         assert _get(f"{base}/api/contents/notebooks/README.md?content=0", token)["type"] == "file"
+        # what a headless `make lab` prints for the learner to open (the token itself is shown as "..." here,
+        # because this test sets it) and where the server's root redirects: the index, not /lab (the Launcher)
+        index = "/lab/tree/notebooks/README.md"
+        printed = log.read_text(errors="replace")
+        assert f"http://127.0.0.1:{port}{index}?token=" in printed, printed[-3000:]
+        assert _redirect(f"{base}/", token).rstrip("?") == index
         if (Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json").exists():  # make setup
             settings = _get(f"{base}/lab/api/settings/@jupyterlab/docmanager-extension:plugin", token)
             viewers = settings["schema"]["properties"]["defaultViewers"]["default"]

@@ -1,6 +1,6 @@
 """Prose is checked too: every number a notebook's markdown states must also appear in its code.
 
-The rule (notebooks/README.md, "Prose is checked"): a number in a markdown cell must occur in the same notebook in
+The rule (CONTRIBUTING.md, "Prose is checked"): a number in a markdown cell must occur in the same notebook in
 the source of a code cell or in a committed output that nbval compares (not the output of a cell starting with
 `# NBVAL_IGNORE_OUTPUT`). So a number in the prose is either written into the code that computes or asserts it,
 or printed by a cell whose output nbval checks; when it stops being true, nbval or this test fails.
@@ -113,7 +113,7 @@ def test_every_number_in_the_prose_is_computed(path):
     missing = unbacked_numbers(nb)
     assert not missing, (
         f"{path.name}: numbers stated in markdown that no code cell computes, asserts or prints in a checked "
-        "output (see notebooks/README.md, 'Prose is checked'):\n" + "\n".join(missing))
+        "output (see CONTRIBUTING.md, 'Prose is checked'):\n" + "\n".join(missing))
 
 
 def test_the_rule_itself():

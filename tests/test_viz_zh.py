@@ -98,3 +98,50 @@ def test_chinese_labels_are_drawn_with_a_cjk_font(tmp_path):
 def test_without_a_cjk_font_figures_stay_english(tmp_path):
     out = _draw(tmp_path, no_font=True)
     assert "key | head 0 | attention weights" in out and "glyph warnings: 0" in out, out
+
+
+@pytest.mark.parametrize("lang, font, says", [("zh", None, True), ("zh", "Noto Sans CJK SC", False),
+                                              ("en", None, False)])
+def test_a_missing_cjk_font_is_said_once(monkeypatch, capsys, lang, font, says):
+    """A Chinese notebook without a CJK font says once why its figures are English, naming what to install."""
+    from course_utils import viz
+    monkeypatch.setattr(viz, "_cjk_family", [font])
+    monkeypatch.setattr(viz, "_noticed", [])
+    monkeypatch.setattr(viz, "current_language", lambda: lang)
+    assert viz.notice_missing_cjk_font() is says
+    assert viz.notice_missing_cjk_font() is False  # once
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert out.out == (viz.NO_CJK_FONT_NOTICE + "\n" if says else "")
+    if says:
+        for package in ("fonts-noto-cjk", "google-noto-sans-cjk-fonts", "PingFang", "Microsoft YaHei"):
+            assert package in out.out
+
+
+_IMPORT_WITHOUT_FONTS = """
+import ipykernel
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib import font_manager
+font_manager.fontManager.ttflist = []  # a machine without a CJK font (nor any other: nothing is drawn)
+font_manager.findSystemFonts = lambda *args, **kwargs: []
+from course_utils import viz
+from course_utils import viz  # imported twice, said once
+"""
+
+
+@pytest.mark.parametrize("in_jupyterlab", [True, False])
+def test_the_notice_is_for_jupyterlab_only(tmp_path, in_jupyterlab):
+    """A Chinese notebook open in JupyterLab (whose server sets JPY_SESSION_NAME for the kernel) says it once on
+    import; a kernel that nbval, nbconvert or the grader start, or a script, says nothing, so committed outputs
+    never depend on the machine's fonts."""
+    folder = tmp_path / "zh-CN"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTN_LANG", "JPY_SESSION_NAME")}
+    if in_jupyterlab:
+        env["JPY_SESSION_NAME"] = str(folder / "01_self_attention.ipynb")
+    out = subprocess.run([sys.executable, "-c", _IMPORT_WITHOUT_FONTS], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    from course_utils.viz import NO_CJK_FONT_NOTICE
+    assert out.stdout == (NO_CJK_FONT_NOTICE + "\n" if in_jupyterlab else ""), out.stdout
