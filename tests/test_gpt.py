@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_utils import GroupedQueryAttention, mha_to_gqa
-from course_utils.capstone.gpt import GPT, GPTConfig, ablate_heads, pool_kv_heads
+from course_utils.capstone.gpt import GPT, GPTConfig, ablate_heads, head_outputs, pool_kv_heads
 
 V, CTX = 11, 12
 
@@ -121,6 +121,26 @@ def test_ablating_a_head_zeroes_its_slice_of_out_proj(randomize, close):
     close(model(idx), make_like(model)(idx))  # the hook is gone
     with pytest.raises(ValueError, match=re.escape("head (2, 0) does not exist: layers 0..1, heads 0..5")):
         with ablate_heads(model, [(2, 0)]):
+            pass
+
+
+def test_mean_ablation_replaces_a_head_by_a_value_through_out_proj(randomize, close):
+    model = make(randomize)
+    idx = tokens()
+    outputs = head_outputs(model, idx)
+    assert [tuple(o.shape) for o in outputs] == [(2, 7, 6, 4)] * 2  # (B, T, heads, head_dim) per layer
+    mean = outputs[1][:, :, 2].mean(dim=(0, 1))  # (head_dim,)
+    by_bias = make_like(model)  # a constant head output is a constant added by out_proj: fold it into the bias
+    with torch.no_grad():
+        out_proj = by_bias.blocks[1].attn.out_proj
+        out_proj.bias += out_proj.weight[:, 2 * 4:3 * 4] @ mean
+        out_proj.weight[:, 2 * 4:3 * 4] = 0.0
+    with ablate_heads(model, [(1, 2)], replace_with={(1, 2): mean}):
+        close(model(idx), by_bias(idx))
+    with ablate_heads(model, [(1, 2)], replace_with={(1, 2): outputs[1][:, :, 2]}):  # its own output: no change
+        close(model(idx), make_like(model)(idx))
+    with pytest.raises(ValueError, match=re.escape("replace_with names heads that are not ablated: [(0, 1)]")):
+        with ablate_heads(model, [(1, 2)], replace_with={(0, 1): mean}):
             pass
 
 

@@ -36,6 +36,7 @@ SKIP = [
                r"\d+(?:\.\d+)?(?:\s*(?:-|–|,|and|or)\s*\d+(?:\.\d+)?)*", re.I),
     re.compile(r"(?:et al\.|[A-Z][a-z]+),? \(?(?:19|20)\d\d\b"),  # a citation's year, "Olsson et al. (2022)" too
     re.compile(r"https?://\S+"),
+    re.compile(r"\[\d+ · "),  # the "next steps" link to the next notebook: "[11 · Capstone ...](11_capstone.ipynb)"
     # the same references in Chinese: "笔记本 05", "练习 3.2", "种子笔记 000", "第 3 章", "问题 2"
     re.compile(r"(?:笔记本|练习|种子笔记|种子|小节|问题|习题|步骤)\s*\d+(?:\.\d+)?"
                r"(?:\s*(?:-|–|~|、|,|，|和|与|或|至|到)\s*\d+(?:\.\d+)?)*"),

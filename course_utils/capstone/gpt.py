@@ -279,32 +279,56 @@ def pool_kv_heads(model: GPT, n_kv_groups: int) -> GPT:
     return pooled.train(model.training)
 
 
+def head_outputs(model: GPT, idx) -> list[torch.Tensor]:
+    """Each layer's per-head context vectors, as they enter ``out_proj``: a list of (B, T, n_heads, head_dim).
+
+    What ``ablate_heads`` replaces; their mean over a batch is the value of a mean ablation."""
+    n_heads = model.config.n_heads
+    captured, handles = [], []
+    for block in model.blocks:
+        handles.append(block.attn.out_proj.register_forward_pre_hook(
+            lambda module, args: captured.append(args[0].unflatten(-1, (n_heads, -1)))))
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
 @contextlib.contextmanager
-def ablate_heads(model: GPT, heads):
-    """Within the ``with`` block, the (layer, head) pairs in ``heads`` contribute nothing (zero ablation).
+def ablate_heads(model: GPT, heads, replace_with=None):
+    """Within the ``with`` block, the (layer, head) pairs in ``heads`` are ablated: their output is replaced.
 
     A head's context vector occupies columns ``head * head_dim : (head + 1) * head_dim`` of the merged
-    heads that enter ``out_proj``; a forward pre-hook zeroes them, so the head's output is exactly 0.
+    heads that enter ``out_proj``; a forward pre-hook overwrites them. By default with 0 (zero ablation);
+    ``replace_with[(layer, head)]``, a tensor that broadcasts to (B, T, head_dim), gives another value, e.g.
+    the head's mean output over a batch (mean ablation, from ``head_outputs``).
     """
     heads = list(heads)
+    replace_with = dict(replace_with or {})
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise ValueError(f"head ({layer}, {head}) does not exist: layers 0..{n_layers - 1}, "
                              f"heads 0..{n_heads - 1}")
+    unused = set(replace_with) - set(heads)
+    if unused:
+        raise ValueError(f"replace_with names heads that are not ablated: {sorted(unused)}")
     head_dim = model.config.emb_dim // n_heads
     handles = []
     for layer in sorted({layer for layer, _ in heads}):
         cols = [h for l, h in heads if l == layer]
 
-        def zero_heads(module, args, cols=cols):
+        def replace_heads(module, args, layer=layer, cols=cols):
             (merged,) = args  # (B, T, n_heads * head_dim)
             merged = merged.clone()
             for h in cols:
-                merged[..., h * head_dim:(h + 1) * head_dim] = 0.0
+                merged[..., h * head_dim:(h + 1) * head_dim] = replace_with.get((layer, h), 0.0)
             return (merged,)
 
-        handles.append(model.blocks[layer].attn.out_proj.register_forward_pre_hook(zero_heads))
+        handles.append(model.blocks[layer].attn.out_proj.register_forward_pre_hook(replace_heads))
     try:
         yield model
     finally:

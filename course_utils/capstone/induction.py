@@ -225,6 +225,47 @@ def train(model: GPT, cfg: TrainConfig, progress=None) -> dict:
     return history
 
 
+WITHOUT_PENALTY_SEEDS = (0, 1, 2)
+
+
+def without_penalty_path(folder: Path | str = CHECKPOINT_DIR) -> Path:
+    """Where ``python -m course_utils.induction --without-penalty`` writes its measurements (JSON)."""
+    return Path(folder) / "induction_without_penalty.json"
+
+
+def without_penalty_study(seeds=WITHOUT_PENALTY_SEEDS, progress=False) -> dict:
+    """The MHA run of ``make train`` again with ``head_penalty=0``, once per seed: is the group lasso needed?
+
+    Per seed: the training history, the accuracy on ``make train``'s test batch, the head scores and the
+    accuracy with each head zero-ablated (rows: layers). Notebook 11 asserts its prose on these numbers.
+    """
+    from dataclasses import asdict, replace
+
+    from .gpt import ablate_heads
+
+    cfg = replace(MHA_TRAINING, head_penalty=0.0)
+    test = make_batch(1024, generator=torch.Generator().manual_seed(2024))
+    runs = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(**MODEL, use_sdpa=True))
+        bar = ProgressBar(f"s={seed}", cfg.steps) if progress else None
+        history = train(model, replace(cfg, seed=seed), bar)
+        model.use_sdpa = False
+        scores = head_scores(model, test)
+        ablated = [[round(_ablated_accuracy(model, test, ablate_heads, (layer, head)), 5)
+                    for head in range(model.config.n_heads)] for layer in range(model.config.n_layers)]
+        runs.append({"seed": seed, "history": history, "test_accuracy": round(accuracy(model, test), 5),
+                     "scores": {k: [[round(v, 5) for v in row] for row in t.tolist()] for k, t in scores.items()},
+                     "ablated_accuracy": ablated})
+    return {"train": asdict(cfg), "runs": runs}
+
+
+def _ablated_accuracy(model, batch, ablate_heads, head):
+    with ablate_heads(model, [head]):
+        return accuracy(model, batch)
+
+
 class ProgressBar:
     """A plain-text progress bar: redrawn in place on a terminal, a line every 10% otherwise (logs, CI)."""
 
@@ -286,9 +327,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.capstone", description=main.__doc__)
     parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR, help="folder for the checkpoints and figure")
     parser.add_argument("--steps", type=int, default=MHA_TRAINING.steps, help="MHA training steps")
+    parser.add_argument("--without-penalty", action="store_true",
+                        help="instead: train the MHA model with head_penalty=0 on seeds 0-2 and write "
+                             "induction_without_penalty.json (what notebook 11 says about the group lasso)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one thread: the same weights on every run, and no contention on shared machines
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.without_penalty:
+        import json
+        study = without_penalty_study(progress=True)
+        without_penalty_path(args.out).write_text(json.dumps(study, indent=1) + "\n")
+        for run in study["runs"]:
+            print(f"seed {run['seed']}: accuracy {run['test_accuracy']:.3f} without the head penalty")
+        return 0
     cpu_start, wall_start = time.process_time(), time.perf_counter()
 
     torch.manual_seed(MHA_TRAINING.seed)

@@ -2,8 +2,9 @@
 
 Instead of per-head keys and values, each token is compressed into one latent ``c_KV = W_dkv x`` of
 ``kv_latent_dim`` numbers; the heads' keys and values are up-projections of it, ``k_h = W_uk_h c_KV`` and
-``v_h = W_uv_h c_KV``. RoPE cannot live inside that compression (a position-dependent rotation between ``W_uk``
-and the query would stop the up-projection from being folded away), so a small **decoupled** key
+``v_h = W_uv_h c_KV``. RoPE on the up-projected keys would put a position-dependent rotation between ``W_uk``
+and the query and stop the up-projection from being folded away (rotating the latent itself, against a query
+absorbed into latent space, stays absorbable but leaves no explicit form), so a small **decoupled** key
 ``k_rope = RoPE(W_kr x)`` of ``rope_dim`` numbers, shared by all heads, carries the positions; each head's query
 has a matching ``q_rope`` part. The cache holds only ``c_KV`` and ``k_rope``: ``kv_latent_dim + rope_dim``
 numbers per token per layer, against ``2 * num_kv_heads * head_dim`` for MHA/GQA.
@@ -11,11 +12,13 @@ numbers per token per layer, against ``2 * num_kv_heads * head_dim`` for MHA/GQA
 Two forms compute the same function:
 
 * **explicit**: up-project the cached latents to per-head keys and values, then attend as usual;
-* **absorbed**: ``q_h . (W_uk_h c) = (W_uk_h^T q_h) . c``, so fold ``W_uk`` into the query side and ``W_uv`` into
-  ``out_proj``, and attend directly over the latents (like MQA with one shared head of width
-  ``kv_latent_dim + rope_dim``). Decoding then never materialises per-head keys or values.
+* **absorbed**: ``q_h . (W_uk_h c) = (W_uk_h^T q_h) . c``, so fold ``W_uk`` into the query side, attend directly
+  over the latents (MQA with one shared key head of width ``kv_latent_dim + rope_dim`` and value head of width
+  ``kv_latent_dim``), and apply ``W_uv`` after attending. Decoding then never materialises per-head keys or
+  values. Here ``W_uv`` is folded into ``out_proj`` (the same function); at DeepSeek-V3's sizes that folded
+  matrix is 4x ``out_proj``, so its reference code applies ``W_uv`` and then ``out_proj``.
 
-Simplifications against DeepSeek's layer: no RMSNorm on the latents, head_dim = d_out // num_heads for both the
+Simplifications against DeepSeek's layer: no RMSNorm on the latents (DeepSeek caches the normalised latent), head_dim = d_out // num_heads for both the
 non-rotated query/key part and the values, the rotate-half RoPE layout, and no YaRN scaling.
 """
 from __future__ import annotations
