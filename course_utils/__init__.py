@@ -29,6 +29,8 @@ from .masks import (
 )
 from .multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .online_softmax import online_softmax_attention
+from .paged_kv_cache import OutOfBlocksError, PagedKVCache, paged_attention
+from .split_k import merge_partials, split_k_attention
 from .rotary import (
     apply_rope,
     half_to_interleaved,
@@ -54,6 +56,8 @@ __all__ = [
     "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
+    # serving (notebook 13)
+    "OutOfBlocksError", "PagedKVCache", "merge_partials", "paged_attention", "split_k_attention",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here; so are
 # course_utils.gpt (the capstone's model) and course_utils.induction (its task and training).
