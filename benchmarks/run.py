@@ -26,6 +26,7 @@ import torch
 from course_utils import get_device
 
 from .beyond import beyond_ratios, bench_mla_cache, bench_online_softmax
+from .serving import bench_paged_decode, bench_split_k, serving_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .timing import median_time, median_times
 from .variants import VARIANTS, build_variants, check_variants_agree
@@ -45,6 +46,9 @@ CONFIGS = {
                             dtype="float32", atol=1e-4, repeats=3),
         mla=dict(d_model=256, num_heads=8, kv_latent_dim=64, rope_dim=16, num_kv_groups=2, prompt_len=16,
                  new_tokens=256, atol=1e-4, repeats=3),
+        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=64, block_size=16, min_prompt=16, max_prompt=512,
+                     max_len=1024, steps=32, dtype="float32", atol=1e-4, repeats=3,
+                     split_keys=[16384, 32768, 65536], split_heads=8, split_head_dim=64, split_chunk=1024),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -55,6 +59,9 @@ CONFIGS = {
                             dtype="float32", atol=1e-4, repeats=1),
         mla=dict(d_model=128, num_heads=4, kv_latent_dim=32, rope_dim=8, num_kv_groups=2, prompt_len=8,
                  new_tokens=64, atol=1e-4, repeats=1),
+        serving=dict(batch=4, kv_heads=2, heads=4, head_dim=32, block_size=16, min_prompt=16, max_prompt=256,
+                     max_len=512, steps=8, dtype="float32", atol=1e-4, repeats=1,
+                     split_keys=[16384], split_heads=4, split_head_dim=64, split_chunk=1024),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -65,6 +72,9 @@ CONFIGS = {
                             dtype="bfloat16", atol=5e-2, repeats=5, warmup=2),
         mla=dict(d_model=1024, num_heads=16, kv_latent_dim=256, rope_dim=32, num_kv_groups=4, prompt_len=16,
                  new_tokens=256, atol=1e-3, repeats=3),
+        serving=dict(batch=32, kv_heads=8, heads=32, head_dim=128, block_size=16, min_prompt=64, max_prompt=2048,
+                     max_len=4096, steps=32, dtype="bfloat16", atol=5e-2, repeats=3,
+                     split_keys=[16384, 32768, 65536], split_heads=32, split_head_dim=128, split_chunk=1024),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -75,6 +85,9 @@ CONFIGS = {
                             dtype="bfloat16", atol=5e-2, repeats=3, warmup=1),
         mla=dict(d_model=512, num_heads=8, kv_latent_dim=128, rope_dim=32, num_kv_groups=2, prompt_len=8,
                  new_tokens=64, atol=1e-3, repeats=1),
+        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=128, block_size=16, min_prompt=64, max_prompt=1024,
+                     max_len=2048, steps=8, dtype="bfloat16", atol=5e-2, repeats=1,
+                     split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
     ),
 }
 
@@ -334,6 +347,7 @@ def compute_ratios(report, cfg):
         "gqa_cache_bytes_ratio_error": abs(measured - theory),
         "gqa_cache_bytes_ratio": measured,
         **beyond_ratios(report),
+        **serving_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -341,6 +355,9 @@ def compute_ratios(report, cfg):
             "gqa": f"{gqa} vs mha",
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
+            "serving": "paged_attention (gathers the blocks in PyTorch) vs a preallocated padded cache, tokens/s and "
+                       "unused bytes; split-K (all chunks in one batched call) vs the online softmax walking the "
+                       "key blocks one after another, one query per head, time ratio per key count",
         },
     }
 
@@ -362,6 +379,10 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     if "mla" in cfg:
         log("MLA vs GQA cache")
         report["mla_cache"] = bench_mla_cache(cfg, device, log)
+    if "serving" in cfg:
+        log("Serving: paged vs contiguous decoding, split-K vs one pass")
+        report["paged_decode"] = bench_paged_decode(cfg, device, log)
+        report["split_k"] = bench_split_k(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)
