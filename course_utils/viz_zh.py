@@ -84,6 +84,8 @@ LABELS = {
     # course_utils.viz
     "key": "键（key）",
     "query": "查询（query）",
+    # 13
+    "physical block in the pool": "池中的物理块",
 }
 
 PATTERNS = [(re.compile(p), r) for p, r in (
@@ -106,6 +108,7 @@ PATTERNS = [(re.compile(p), r) for p, r in (
      lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
                 + "\n" + m.group(4))),
+    (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
 )]
 
 
