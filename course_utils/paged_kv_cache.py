@@ -84,6 +84,23 @@ class PagedKVCache:
                 self.free_blocks.append(block)
         del self.seq_lens[seq_id]
 
+    def truncate(self, seq_id, length: int) -> None:
+        """Keep only ``seq_id``'s first ``length`` tokens (speculative decoding's rollback of rejected drafts); the
+        blocks it no longer needs are released like in ``free``. Slots past ``length`` in its last block are simply
+        overwritten by the next append."""
+        self._check_seq(seq_id)
+        if not (isinstance(length, int) and 0 <= length <= self.seq_lens[seq_id]):
+            raise ValueError(f"truncate: length must be an int in [0, {self.seq_lens[seq_id]}] (the tokens of "
+                             f"{seq_id!r}), got {length!r}")
+        table = self.block_tables[seq_id]
+        keep = -(-length // self.block_size)  # blocks that still hold a token
+        for block in table[keep:]:
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_blocks.append(block)
+        del table[keep:]
+        self.seq_lens[seq_id] = length
+
     def _check_seq(self, seq_id) -> None:
         if seq_id not in self.block_tables:
             known = list(self.block_tables)
@@ -194,19 +211,26 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     """One decoding step for a batch of sequences of different lengths, read through their block tables.
 
     query (B, num_heads, head_dim): the newest token of each sequence in ``seq_ids`` (its own key and value
-    already appended). num_heads may be a multiple of the cache's num_kv_heads (GQA: query head h reads K/V head
-    h // (num_heads // num_kv_heads)). Returns (B, num_heads, head_dim).
+    already appended); or (B, num_heads, num_queries, head_dim): the last ``num_queries`` tokens of each sequence,
+    each seeing the cache up to its own position (bottom-right causal), as when speculative decoding scores its
+    draft tokens in one pass. num_heads may be a multiple of the cache's num_kv_heads (GQA: query head h reads
+    K/V head h // (num_heads // num_kv_heads)). Returns the query's shape.
 
     A CUDA kernel reads each block in place; here the slots are gathered into a padded (B, kv_heads, max_len,
     head_dim) tensor and the positions past each sequence's length are masked, which gives the same numbers.
     """
-    if query.ndim != 3 or query.shape[0] != len(seq_ids) or query.shape[2] != cache.head_dim:
-        raise ValueError(f"query must be (batch={len(seq_ids)}, num_heads, head_dim={cache.head_dim}), one row per "
-                         f"sequence id, got {tuple(query.shape)}")
-    num_heads = query.shape[1]
+    if query.ndim not in (3, 4) or query.shape[0] != len(seq_ids) or query.shape[-1] != cache.head_dim:
+        raise ValueError(f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
+                         f"one row per sequence id, got {tuple(query.shape)}")
+    one_step = query.ndim == 3
+    q = query[:, :, None, :] if one_step else query  # (B, num_heads, num_queries, hd)
+    num_heads, num_queries = q.shape[1], q.shape[2]
     if num_heads % cache.num_kv_heads:
         raise ValueError(f"num_heads={num_heads} must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}")
     tables, lens = cache.batch_tables(seq_ids)  # (B, max_blocks), (B,)
+    if int(lens.min()) < num_queries:
+        raise ValueError(f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
+                         f"{lens.tolist()}; append the queries' own keys and values first")
     max_len = int(lens.max())
     pos = torch.arange(max_len, device=query.device)  # (max_len,)
     # padded positions read slot 0 of some block: harmless, they are masked below
@@ -217,9 +241,11 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     values = cache.value_pool.view(flat)[slots].permute(0, 2, 1, 3)
     n_rep = num_heads // cache.num_kv_heads
     keys, values = repeat_kv(keys, n_rep), repeat_kv(values, n_rep)  # (B, num_heads, max_len, hd)
-    hide = (pos[None, :] >= lens[:, None])[:, None, None, :]  # (B, 1, 1, max_len), True = past the end
-    q = query[:, :, None, :].to(keys.dtype)
+    # query i of sequence b sits at position lens[b] - num_queries + i and sees keys up to it (True = hidden)
+    q_pos = lens[:, None] - num_queries + torch.arange(num_queries, device=query.device)  # (B, num_queries)
+    hide = (pos[None, None, :] > q_pos[:, :, None])[:, None]  # (B, 1, num_queries, max_len)
+    q = q.to(keys.dtype)
     if scale is not None:  # attend scales by 1/sqrt(hd): fold a different scale into q
         q = q * (scale * math.sqrt(cache.head_dim))
     out, _ = attend(q, keys, values, hide_mask=hide)
-    return out[:, :, 0, :].to(query.dtype)
+    return (out[:, :, 0, :] if one_step else out).to(query.dtype)

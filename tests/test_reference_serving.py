@@ -322,3 +322,68 @@ def test_split_k_bad_input():
         split_k_attention(q, k, k, num_splits=0)
     with pytest.raises(ValueError, match="must match"):
         merge_partials(torch.zeros(2, 3, 4), torch.zeros(3, 3))
+
+
+# --- speculative decoding's verify step: several queries per sequence, and the rollback ---------------------
+
+def test_paged_attention_scores_draft_tokens_in_one_pass():
+    """3 draft tokens per sequence in one call == SDPA with an explicit bottom-right causal mask, and == 3 steps."""
+    cache = new_cache(num_blocks=20, block_size=4)
+    lengths = [6, 13, 3]  # including the 3 drafts
+    keys, values = [], []
+    for i, n in enumerate(lengths):
+        cache.add_sequence(i)
+        k, v = kv(n)
+        cache.append(i, k, v)
+        keys.append(F.pad(k, (0, 0, 0, 13 - n)))
+        values.append(F.pad(v, (0, 0, 0, 13 - n)))
+    query = torch.randn(3, 4, 3, HEAD_DIM, dtype=torch.float64)
+    q_pos = torch.tensor(lengths)[:, None] - 3 + torch.arange(3)  # (B, 3) positions of the drafts
+    allow = (torch.arange(13)[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, 3, 13)
+    expected = F.scaled_dot_product_attention(query, torch.stack(keys), torch.stack(values), attn_mask=allow,
+                                              enable_gqa=True)
+    got = paged_attention(query, cache, [0, 1, 2])
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+    # the same as three one-token steps on truncated copies
+    for j in range(3):
+        for i, n in enumerate(lengths):
+            cache.fork(i, ("step", i))
+            cache.truncate(("step", i), n - 2 + j)
+        step = paged_attention(query[:, :, j], cache, [("step", i) for i in range(3)])
+        torch.testing.assert_close(step, got[:, :, j], atol=1e-10, rtol=1e-10)
+        for i in range(3):
+            cache.free(("step", i))
+
+
+def test_truncate_rolls_back_and_frees_blocks():
+    cache = new_cache(num_blocks=6, block_size=4)
+    cache.add_sequence("a")
+    k, v = kv(7)
+    cache.append("a", k, v)
+    drafts = kv(4)
+    cache.append("a", *drafts)  # 11 tokens: 3 blocks
+    assert cache.num_used_blocks == 3
+    cache.truncate("a", 8)  # one draft accepted: 8 tokens fill exactly 2 blocks, the third goes back
+    assert cache.seq_lens["a"] == 8 and len(cache.block_tables["a"]) == 2 and cache.num_used_blocks == 2
+    new = kv(2)
+    cache.append("a", *new)
+    got_k, got_v = cache.gather("a")
+    torch.testing.assert_close(got_k, torch.cat([k, drafts[0][:, :1], new[0]], dim=1), atol=0, rtol=0)
+    torch.testing.assert_close(got_v, torch.cat([v, drafts[1][:, :1], new[1]], dim=1), atol=0, rtol=0)
+    cache.fork("a", "b")
+    cache.truncate("b", 3)  # a shared block stays for a
+    assert cache.num_used_blocks == 3 and cache.block_tables["b"] == cache.block_tables["a"][:1]
+    with pytest.raises(ValueError, match=r"in \[0, 3\]"):
+        cache.truncate("b", 4)
+    with pytest.raises(ValueError, match="at least that many"):
+        paged_attention(torch.zeros(1, 2, 4, HEAD_DIM, dtype=torch.float64), cache, ["b"])
+
+
+def test_paged_attention_with_another_scale():
+    cache = new_cache(num_blocks=4, block_size=4)
+    cache.add_sequence(0)
+    k, v = kv(7)
+    cache.append(0, k, v)
+    query = torch.randn(1, 2, HEAD_DIM, dtype=torch.float64)
+    expected = F.scaled_dot_product_attention(query[0, :, None], k, v, scale=0.3)[:, 0]
+    torch.testing.assert_close(paged_attention(query, cache, [0], scale=0.3)[0], expected, atol=1e-10, rtol=1e-10)

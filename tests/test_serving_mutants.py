@@ -19,6 +19,7 @@ CATCHERS = {
     "copy_on_write_without_data": [(serving_tests.test_fork_shares_blocks_and_copies_on_write, (6,)),
                                    (serving_tests.test_paged_attention_reads_a_shared_prefix, ())],
     "free_ignores_ref_counts": [(serving_tests.test_free_returns_blocks_only_when_unreferenced, ())],
+    "rollback_leaks_blocks": [(serving_tests.test_truncate_rolls_back_and_frees_blocks, ())],
     "length_off_by_one": [(serving_tests.test_paged_attention_equals_sdpa_with_an_explicit_mask, ()),
                           (serving_tests.test_continuous_batching_equals_one_contiguous_cache_per_sequence, ())],
     "merge_without_rescaling": [(serving_tests.test_split_k_equals_sdpa_in_float64, (3, 1)),

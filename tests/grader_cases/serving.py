@@ -52,6 +52,10 @@ def free_ignoring_ref_counts(self, seq_id):
     del self.seq_lens[seq_id]
 
 
+def truncate_keeping_blocks(self, seq_id, length):
+    self.seq_lens[seq_id] = length  # the rejected drafts' blocks stay allocated: a leak per rejection
+
+
 _batch_tables = PagedKVCache.batch_tables
 
 
@@ -107,6 +111,9 @@ MUTANTS = {
     "free_ignores_ref_counts": (
         "free() returned blocks that a forked sequence still uses: decrement the reference count, free at zero",
         "PagedKVCache.free", free_ignoring_ref_counts),
+    "rollback_leaks_blocks": (
+        "truncating rejected draft tokens must release the blocks that no longer hold a token",
+        "PagedKVCache.truncate", truncate_keeping_blocks),
     "length_off_by_one": (
         "decoding reads one slot past each sequence's end: the mask hides positions >= seq_len",
         "PagedKVCache.batch_tables", batch_tables_length_plus_one),
