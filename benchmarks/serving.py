@@ -83,7 +83,8 @@ def bench_paged_decode(cfg, device, log):
         "paged": {"seconds": times["paged"], "tokens_per_s": tokens / times["paged"],
                   "bytes_reserved": paged_reserved, "bytes_wasted": cache.wasted_slots * slot_bytes},
         "contiguous": {"seconds": times["contiguous"], "tokens_per_s": tokens / times["contiguous"],
-                       "bytes_reserved": contiguous_reserved, "bytes_wasted": contiguous_reserved - stored * slot_bytes},
+                       "bytes_reserved": contiguous_reserved,
+                       "bytes_wasted": contiguous_reserved - stored * slot_bytes},
     }
     if result["paged"]["bytes_wasted"] != paged_reserved - stored * slot_bytes:
         raise AssertionError("paged cache: wasted_slots disagrees with the blocks it holds")
