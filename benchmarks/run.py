@@ -28,6 +28,7 @@ import torch
 from course_utils import get_device
 
 from .beyond import beyond_ratios, bench_mla_cache, bench_online_softmax
+from .serving import bench_paged_decode, bench_split_k, serving_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .long_context import bench_ring_cache, long_context_ratios
 from .timing import median_time, median_times
@@ -50,6 +51,9 @@ CONFIGS = {
                  new_tokens=256, atol=1e-4, repeats=3),
         long_context=dict(batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5,
                           repeats=3),
+        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=64, block_size=16, min_prompt=16, max_prompt=512,
+                     max_len=1024, steps=32, dtype="float32", atol=1e-4, repeats=3,
+                     split_keys=[16384, 32768, 65536], split_heads=8, split_head_dim=64, split_chunk=1024),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -62,6 +66,9 @@ CONFIGS = {
                  new_tokens=64, atol=1e-4, repeats=1),
         long_context=dict(batch=1, kv_heads=1, head_dim=32, window=256, steps=4096, dtype="float32", atol=1e-5,
                           repeats=1),
+        serving=dict(batch=4, kv_heads=2, heads=4, head_dim=32, block_size=16, min_prompt=16, max_prompt=256,
+                     max_len=512, steps=8, dtype="float32", atol=1e-4, repeats=1,
+                     split_keys=[16384], split_heads=4, split_head_dim=64, split_chunk=1024),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -74,6 +81,9 @@ CONFIGS = {
                  new_tokens=256, atol=1e-3, repeats=3),
         long_context=dict(batch=8, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
                           repeats=3, warmup=1),
+        serving=dict(batch=32, kv_heads=8, heads=32, head_dim=128, block_size=16, min_prompt=64, max_prompt=2048,
+                     max_len=4096, steps=32, dtype="bfloat16", atol=5e-2, repeats=3,
+                     split_keys=[16384, 32768, 65536], split_heads=32, split_head_dim=128, split_chunk=1024),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -86,6 +96,9 @@ CONFIGS = {
                  new_tokens=64, atol=1e-3, repeats=1),
         long_context=dict(batch=4, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
                           repeats=1),
+        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=128, block_size=16, min_prompt=64, max_prompt=1024,
+                     max_len=2048, steps=8, dtype="bfloat16", atol=5e-2, repeats=1,
+                     split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
     ),
 }
 
@@ -348,6 +361,7 @@ def compute_ratios(report, cfg):
         "gqa_cache_bytes_ratio": measured,
         **beyond_ratios(report),
         **long_context_ratios(report),
+        **serving_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -356,6 +370,9 @@ def compute_ratios(report, cfg):
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
             "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
+            "serving": "paged_attention (gathers the blocks in PyTorch) vs a preallocated padded cache, tokens/s and "
+                       "unused bytes; split-K (all chunks in one batched call) vs the online softmax walking the "
+                       "key blocks one after another, one query per head, time ratio per key count",
         },
     }
 
@@ -380,6 +397,10 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     if "long_context" in cfg:
         log("Ring-buffer vs growing KV cache (sliding window)")
         report["long_context"] = bench_ring_cache(cfg, device, log)
+    if "serving" in cfg:
+        log("Serving: paged vs contiguous decoding, split-K vs one pass")
+        report["paged_decode"] = bench_paged_decode(cfg, device, log)
+        report["split_k"] = bench_split_k(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

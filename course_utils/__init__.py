@@ -45,6 +45,8 @@ from .reference.sliding_window import (
     sliding_window_mask,
     sliding_window_mask_at,
 )
+from .reference.paged_kv_cache import OutOfBlocksError, PagedKVCache, paged_attention
+from .reference.split_k import merge_partials, split_k_attention
 from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .reference.online_softmax import online_softmax_attention
 from .reference.rotary import (
@@ -76,6 +78,8 @@ __all__ = [
     "RingKVCache", "attend_with_sink_logit", "layer_windows", "linear_scaling_inv_freq", "llama3_inv_freq",
     "ntk_scaling_inv_freq", "scaled_rope_cos_sin", "sliding_window_cache_bytes", "sliding_window_mask",
     "sliding_window_mask_at", "yarn_correction_range", "yarn_inv_freq",
+    # serving (notebook 13)
+    "OutOfBlocksError", "PagedKVCache", "merge_partials", "paged_attention", "split_k_attention",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
 

@@ -92,6 +92,14 @@ LABELS = {
     # course_utils.viz
     "key": "键（key）",
     "query": "查询（query）",
+    # 13
+    "physical block in the pool": "池中的物理块",
+    "preallocated: 2048 slots per request": "预分配：每个请求 2048 个槽位",
+    "paged: whole blocks of 16": "分页：整块分配，每块 16 个槽位",
+    "tokens stored": "实际存储的 token",
+    "request (sorted by length)": "请求（按长度排序）",
+    "token slots": "token 槽位数",
+    "what each request holds: preallocated vs paged": "每个请求占用的槽位：预分配 vs 分页",
 }
 
 PATTERNS = [(re.compile(p), r) for p, r in (
@@ -116,6 +124,7 @@ PATTERNS = [(re.compile(p), r) for p, r in (
      lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
                 + "\n" + m.group(4))),
+    (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
 )]
 
 

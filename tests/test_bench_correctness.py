@@ -22,6 +22,9 @@ TINY = dict(
     mla=dict(d_model=16, num_heads=4, kv_latent_dim=6, rope_dim=2, num_kv_groups=2, prompt_len=3, new_tokens=4,
              atol=1e-5, repeats=1),
     long_context=dict(batch=2, kv_heads=2, head_dim=4, window=3, steps=10, dtype="float32", atol=1e-5, repeats=1),
+    serving=dict(batch=3, kv_heads=2, heads=4, head_dim=8, block_size=4, min_prompt=1, max_prompt=9, max_len=16,
+                 steps=3, dtype="float32", atol=1e-5, repeats=1, split_keys=[37], split_heads=2, split_head_dim=8,
+                 split_chunk=8),
 )
 TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
 
@@ -188,3 +191,31 @@ def test_committed_results_have_required_keys():
         if "long_context" in report:  # results from after notebook 12
             missing = [key for key in bench.LONG_CONTEXT_RATIOS if key not in report["ratios"]]
             assert not missing, f"{path.name} lacks ratios {missing}"
+
+
+def test_serving_benchmark_checks_and_counts_bytes():
+    from benchmarks.serving import bench_paged_decode, bench_split_k, serving_ratios
+    paged = bench_paged_decode(TINY, "cpu", log=lambda *args: None)
+    assert paged["max_abs_error"] < 1e-5
+    shape = paged["shape"]
+    stored = sum(shape["prompt_lens"]) + 3 * 3
+    slot = 2 * 2 * 8 * 4  # K and V, 2 kv heads, head_dim 8, float32
+    assert paged["contiguous"]["bytes_reserved"] == 3 * 16 * slot
+    assert paged["contiguous"]["bytes_wasted"] == (3 * 16 - stored) * slot
+    assert paged["paged"]["bytes_wasted"] < 3 * 4 * slot  # under one block per sequence
+    split = bench_split_k(TINY, "cpu", log=lambda *args: None)
+    assert split["results"]["37"]["num_splits"] == 5 and split["results"]["37"]["split_k"]["max_abs_error"] < 1e-5
+    ratios = serving_ratios({"paged_decode": paged, "split_k": split})
+    assert set(ratios) == {"paged_vs_contiguous_tokens_per_s", "contiguous_vs_paged_bytes_wasted",
+                           "split_k_vs_one_pass_time_37"}
+    assert ratios["contiguous_vs_paged_bytes_wasted"] > 1
+
+
+def test_serving_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import serving
+    monkeypatch.setattr(serving, "split_k_attention", lambda q, k, v, **kw: (q, None))
+    with pytest.raises(AssertionError, match="disagree"):
+        serving.bench_split_k(TINY, "cpu", log=lambda *args: None)
+    monkeypatch.setattr(serving, "paged_attention", lambda q, cache, ids: q)
+    with pytest.raises(AssertionError, match="differs from the contiguous"):
+        serving.bench_paged_decode(TINY, "cpu", log=lambda *args: None)
