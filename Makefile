@@ -25,13 +25,15 @@ NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
 
-.PHONY: setup lab lab-zh twins check-twins test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
+	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
+	@echo "make lint         ruff on the Python packages and tests (configured in pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
@@ -88,10 +90,17 @@ lab-zh: $(COURSE_STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
 		--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md $(LAB_ARGS)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check course_utils authoring benchmarks tests
+
+test: $(STAMP) lint
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
 		--nbval-current-env tests notebooks
+
+test-fast: $(STAMP) lint
+	@# tests/ only, without nbval: the notebooks are not executed cell by cell (the library, grader and twins' tests run)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope tests
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
@@ -101,21 +110,21 @@ train: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone
 
 exercises: $(STAMP)
-	$(PY) -m course_utils.exercises solutions exercises
-	$(PY) -m course_utils.exercises solutions/zh-CN exercises/zh-CN
+	$(PY) -m authoring.exercises solutions exercises
+	$(PY) -m authoring.exercises solutions/zh-CN exercises/zh-CN
 
 check-exercises: $(STAMP)
-	$(PY) -m course_utils.exercises solutions exercises --check
-	$(PY) -m course_utils.exercises solutions/zh-CN exercises/zh-CN --check
+	$(PY) -m authoring.exercises solutions exercises --check
+	$(PY) -m authoring.exercises solutions/zh-CN exercises/zh-CN --check
 
 twins: $(STAMP)
 	@# code from the English notebooks, Chinese markdown kept by cell id; twins whose code changed are re-run
-	$(PY) -m course_utils.twins sync --execute changed || test $$? -eq 1
+	$(PY) -m authoring.twins sync --execute changed || test $$? -eq 1
 	@$(MAKE) --no-print-directory exercises
-	$(PY) -m course_utils.twins check
+	$(PY) -m authoring.twins check
 
 check-twins: $(STAMP)
-	$(PY) -m course_utils.twins check
+	$(PY) -m authoring.twins check
 
 grade: $(STAMP)
 	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds

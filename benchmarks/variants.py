@@ -23,10 +23,10 @@ from course_utils import (
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
     attend,
-    causal_allow_mask,
-    causal_hide_mask,
+    causal_mask,
     copy_parameters,
     to_nn_multihead,
+    to_sdpa_mask,
 )
 
 VARIANTS = ("wrapper", "mha_reference", "fused_qkv", "einsum", "sdpa_is_causal", "sdpa_mask",
@@ -52,7 +52,7 @@ class FusedQKV(nn.Module):
         b, t, _ = x.shape
         # one matmul, then split: (B, T, 3, nh, hs) -> three (B, nh, T, hs)
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        ctx, _ = attend(q, k, v, causal_hide_mask(t, device=x.device))
+        ctx, _ = attend(q, k, v, causal_mask(t, device=x.device))
         return self.out_proj(ctx.transpose(1, 2).reshape(b, t, self.d_out))
 
 
@@ -66,7 +66,7 @@ def einsum_mha(mha: MultiHeadAttention, x):
 
     q, k, v = heads(mha.W_query), heads(mha.W_key), heads(mha.W_value)
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hs ** 0.5  # (B, nh, T, T)
-    scores = scores.masked_fill(causal_hide_mask(t, device=x.device), float("-inf"))
+    scores = scores.masked_fill(causal_mask(t, device=x.device), float("-inf"))
     ctx = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores, dim=-1), v)  # (B, nh, T, hs)
     # merging heads and out_proj in one contraction: (B, nh, T, hs) x (d_out, nh, hs) -> (B, T, d_out)
     w_o = mha.out_proj.weight.view(mha.d_out, nh, hs)
@@ -81,7 +81,7 @@ def bare_sdpa(mha: MultiHeadAttention, x, explicit_mask: bool = False):
     k = mha.W_key(x).view(b, t, nh, hs).transpose(1, 2)
     v = mha.W_value(x).view(b, t, nh, hs).transpose(1, 2)
     if explicit_mask:
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_allow_mask(t, device=x.device))
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=to_sdpa_mask(causal_mask(t, device=x.device)))
     else:
         ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return mha.out_proj(ctx.transpose(1, 2).reshape(b, t, mha.d_out))
@@ -117,8 +117,8 @@ def build_variants(d_in, d_out, context_length, num_heads, device, dtype=torch.f
     def nn_call(x, need_weights):
         # with d_in != d_out, nn.MultiheadAttention's query projection is the identity (see to_nn_multihead)
         query = x if same_width else mha.W_query(x)
-        hide = causal_hide_mask(x.shape[1], device=x.device)  # nn.MultiheadAttention: True = hide
-        return torch_mha(query, x, x, attn_mask=hide, need_weights=need_weights)[0]
+        mask = causal_mask(x.shape[1], device=x.device)  # nn.MultiheadAttention reads True = hidden too
+        return torch_mha(query, x, x, attn_mask=mask, need_weights=need_weights)[0]
 
     fns = {
         "wrapper": lambda x: mha.out_proj(wrapper(x)),

@@ -16,19 +16,18 @@ from .reference.attention import (
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
 from .reference.interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
-from .reference.kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
-from .memory import TensorMemoryTracker, peak_tensor_bytes
-from .reference.mla import LatentKVCache, MultiHeadLatentAttention, mla_cache_bytes
-from .reference.sizes import kv_cache_bytes
-from .reference.masks import (
-    allow_to_hide,
-    causal_allow_mask,
-    causal_hide_mask,
-    expand_allow_mask,
-    hide_to_allow,
-    padding_allow_mask,
-    padding_hide_mask,
+from .reference.kv_cache import (
+    GrowingKVCache,
+    GrowingLatentKVCache,
+    KVCache,
+    LatentKVCache,
+    PreallocatedKVCache,
+    PreallocatedLatentKVCache,
 )
+from .memory import TensorMemoryTracker, peak_tensor_bytes
+from .reference.mla import MultiHeadLatentAttention
+from .reference.sizes import kv_cache_bytes, mla_cache_bytes
+from .reference.masks import causal_mask, expand_mask, padding_mask, to_sdpa_mask
 from .reference.rope_scaling import (
     linear_scaling_inv_freq,
     llama3_inv_freq,
@@ -66,12 +65,12 @@ __version__ = "0.1.0"
 __all__ = [
     "BOOK_TOKENS", "CausalAttention", "DEVICE_ENV_VAR", "GroupedQueryAttention", "GrowingKVCache", "KVCache",
     "MultiHeadAttention", "MultiHeadAttentionWrapper", "PreallocatedKVCache", "SelfAttention_v1",
-    "SelfAttention_v2", "allow_to_hide", "attend", "book_batch", "book_inputs", "causal_allow_mask",
-    "causal_hide_mask", "copy_parameters", "expand_allow_mask", "get_device", "hide_to_allow", "kv_cache_bytes",
-    "mha_to_gqa", "padding_allow_mask", "padding_hide_mask", "repeat_kv", "simple_self_attention", "synchronize",
-    "to_nn_multihead", "wrapper_to_mha",
+    "SelfAttention_v2", "attend", "book_batch", "book_inputs", "causal_mask", "copy_parameters", "expand_mask",
+    "get_device", "kv_cache_bytes", "mha_to_gqa", "padding_mask", "repeat_kv", "simple_self_attention",
+    "synchronize", "to_nn_multihead", "to_sdpa_mask", "wrapper_to_mha",
     # positions, tiles and latents (notebooks 08-10)
-    "LatentKVCache", "MultiHeadLatentAttention", "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
+    "GrowingLatentKVCache", "LatentKVCache", "MultiHeadLatentAttention", "PreallocatedLatentKVCache",
+    "TensorMemoryTracker", "apply_rope", "half_to_interleaved",
     "interleaved_to_half", "mla_cache_bytes", "online_softmax_attention", "peak_tensor_bytes", "rope", "rope_cos_sin",
     "rope_inv_freq", "rope_positions", "rotate_every_two", "rotate_half",
     # long context (notebook 12)

@@ -155,6 +155,14 @@ def figure_png(fig) -> bytes:
     return buffer.getvalue()
 
 
+def compact(width: str = "210px") -> dict:
+    """Keyword arguments for a narrow ipywidgets control whose whole description shows:
+    ``widgets.IntSlider(..., description="kv heads", **viz.compact("210px"))``."""
+    import ipywidgets as widgets
+
+    return {"style": {"description_width": "initial"}, "layout": widgets.Layout(width=width)}
+
+
 def live_figure(draw, **controls):
     """Show ``draw(**values)``'s figure under ipywidgets ``controls``; redraw whenever one changes.
 

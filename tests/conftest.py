@@ -25,6 +25,21 @@ def pytest_configure(config):
     # must not switch the language of every kernel and grader report it starts
     os.environ.pop("ATTN_LANG", None)
     config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False")
+    config.addinivalue_line("markers", "requires_sandbox: needs the grader's sandbox (Linux and bubblewrap); skipped "
+                                       "with the reason where there is none, an error in CI (CI=true)")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("requires_sandbox") is None:
+        return
+    from course_utils.grade import jail  # here, not at the top: most of the suite never needs it
+
+    why = jail.probe()
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":  # CI installs bubblewrap (.ci/run): there the sandbox must really be tested
+        pytest.fail(f"CI without the grader's sandbox: {why}", pytrace=False)
+    pytest.skip(f"no sandbox here: {why}")
 
 
 @pytest.fixture(autouse=True)

@@ -40,6 +40,13 @@ def test_nbgrader_requirements_share_the_course_pins():
     assert {k: req[k] for k in shared} == {k: nbg[k] for k in shared}
 
 
+def test_every_phony_make_target_has_a_rule():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    rules = set(re.findall(r"^([A-Za-z][\w-]*):", makefile, re.M))
+    assert set(phony) - rules == set(), "declared .PHONY without a rule"
+
+
 def test_installed_torch_is_the_pinned_one():
     import torch
     assert torch.__version__.split("+")[0] == pins(ROOT / "requirements.txt")["torch"]

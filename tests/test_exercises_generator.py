@@ -1,4 +1,4 @@
-"""The exercise generator (course_utils.exercises) and the nbgrader layout of the solution notebooks."""
+"""The exercise generator (authoring.exercises) and the nbgrader layout of the solution notebooks."""
 import json
 import re
 from pathlib import Path
@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from course_utils import exercises as gen
+from authoring import exercises as gen
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.twins import run_notebook
+from authoring.twins import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120  # per cell; each notebook takes a few seconds

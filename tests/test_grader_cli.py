@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade import runner
-from course_utils.grade import jail
 from tests.grader_cases.implementations import REFERENCE, mutate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +56,7 @@ def test_unsandboxed_runner_gives_the_same_verdict(tmp_path):
     assert report.results[0].diagnosis == "scale_d_out"
 
 
-@pytest.mark.skipif(jail.probe() is not None, reason=f"no sandbox here: {jail.probe()}")
+@pytest.mark.requires_sandbox
 def test_grader_failure_exits_3_and_make_grade_fails(tmp_path, monkeypatch):
     from course_utils.grade import __main__ as cli
     from course_utils.grade import batch

@@ -255,7 +255,7 @@ def test_unknown_language_is_a_usage_error(capsys):
     assert exit_.value.code == 2 and "unknown language 'xx'" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(jail.probe() is not None, reason=f"no sandbox here: {jail.probe()}")
+@pytest.mark.requires_sandbox
 def test_cli_batch_in_chinese(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()

@@ -14,7 +14,7 @@ from course_utils import (
     attend,
     book_batch,
     book_inputs,
-    causal_hide_mask,
+    causal_mask,
     simple_self_attention,
 )
 
@@ -65,7 +65,7 @@ def test_causal_attention_seed_123():
     out = ca(batch)
     assert out.shape == (2, 6, 2)
     check(out, [CAUSAL_HEAD_1, CAUSAL_HEAD_1])  # the batch holds the same text twice
-    _, weights = attend(ca.W_query(batch), ca.W_key(batch), ca.W_value(batch), causal_hide_mask(6))
+    _, weights = attend(ca.W_query(batch), ca.W_key(batch), ca.W_value(batch), causal_mask(6))
     check(weights[0], [[1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
                        [0.4833, 0.5167, 0.0000, 0.0000, 0.0000, 0.0000],
                        [0.3190, 0.3408, 0.3402, 0.0000, 0.0000, 0.0000],

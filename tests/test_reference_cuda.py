@@ -12,7 +12,7 @@ from course_utils import (
     GroupedQueryAttention,
     MultiHeadAttention,
     get_device,
-    padding_allow_mask,
+    padding_mask,
     synchronize,
     to_nn_multihead,
 )
@@ -67,13 +67,13 @@ def test_cuda_float32_equals_sdpa(b, t, ctx, d_in, d_out, nh, ng, randomize, sdp
 def test_cuda_half_precision_as_accurate_as_sdpa(b, t, ctx, d_in, d_out, nh, ng, dtype, padding, randomize, sdpa_ref):
     m64 = build(d_in, d_out, ctx, nh, ng, randomize).double()
     x64 = torch.randn(b, t, d_in, device=DEVICE, dtype=torch.float64)
-    allow = padding_allow_mask([t - i for i in range(b)], t, device=DEVICE) if padding else None
-    allow4 = None if allow is None else allow[:, None, None, :]
+    hidden = padding_mask([t - i for i in range(b)], t, device=DEVICE) if padding else None
+    allow4 = None if hidden is None else ~hidden[:, None, None, :]  # SDPA's convention, for the reference
     truth = sdpa_ref(m64, x64, allow=allow4)
     low, x = as_dtype(m64, dtype), x64.to(dtype)
     theirs = sdpa_ref(low, x, allow=allow4)
-    assert_as_accurate_as_sdpa(low(x, allow_mask=allow), theirs, truth)
-    assert_as_accurate_as_sdpa(as_dtype(m64, dtype, use_sdpa=True)(x, allow_mask=allow), theirs, truth)
+    assert_as_accurate_as_sdpa(low(x, mask=hidden), theirs, truth)
+    assert_as_accurate_as_sdpa(as_dtype(m64, dtype, use_sdpa=True)(x, mask=hidden), theirs, truth)
 
 
 @pytest.mark.parametrize("d_in,d_out", [(32, 32), (16, 32)])
@@ -104,8 +104,8 @@ def test_cuda_kv_cache_decoding_equals_full_forward(preallocate, use_sdpa, dtype
 @pytest.mark.parametrize("dtype", [torch.float32] + HALF)
 def test_cuda_fully_masked_rows_are_zero(use_sdpa, dtype, randomize):
     m = as_dtype(build(16, 32, 8, 4, 2, randomize), dtype, use_sdpa=use_sdpa)
-    allow = torch.tensor([[True] * 6, [False, False, True, True, True, True]], device=DEVICE)  # left padding
-    out = m(torch.randn(2, 6, 16, device=DEVICE, dtype=dtype), allow_mask=allow)
+    hidden = torch.tensor([[False] * 6, [True, True, False, False, False, False]], device=DEVICE)  # left padding
+    out = m(torch.randn(2, 6, 16, device=DEVICE, dtype=dtype), mask=hidden)
     assert not out.isnan().any()
     torch.testing.assert_close(out[1, :2], m.out_proj.bias.expand(2, -1))
 

@@ -16,12 +16,13 @@ from course_utils import (
     SelfAttention_v1,
     SelfAttention_v2,
     attend,
-    causal_hide_mask,
+    causal_mask,
     get_device,
-    padding_allow_mask,
+    padding_mask,
     simple_self_attention,
     synchronize,
     to_nn_multihead,
+    to_sdpa_mask,
 )
 
 
@@ -125,29 +126,29 @@ def test_to_nn_multihead_refuses_grouped_kv():
     (torch.ones(2, 1, 4, 5, dtype=torch.bool), r"attention mask of shape \(2, 1, 4, 5\) does not fit"),
     (torch.ones(2, 3, 5, 5, dtype=torch.bool), r"has 3 heads in axis 1; expected 1 \(broadcast\) or num_heads=4"),
     (torch.ones(2, 5, 5, dtype=torch.bool), r"must be 2-D \(batch, num_keys\) or 4-D"),
-    (torch.ones(2, 5), r"allow_mask must be bool \(True = may attend\), got dtype torch.float32"),
+    (torch.ones(2, 5), r"mask must be bool \(True = hidden\), got dtype torch.float32"),
     (torch.ones(2, 5, dtype=torch.int64), r"must be bool.*torch.int64"),
-    ([[True] * 5] * 2, "allow_mask must be a torch.Tensor, got list"),
+    ([[True] * 5] * 2, "mask must be a bool torch.Tensor \\(True = hidden\\), got list"),
 ], ids=["keys", "batch", "queries", "heads", "3-D", "float", "int", "list"])
 @pytest.mark.parametrize("use_sdpa", [False, True])
 def test_bad_masks(mask, message, use_sdpa):
     with pytest.raises(ValueError, match=message):
-        gqa(use_sdpa=use_sdpa)(torch.randn(2, 5, 4), allow_mask=mask)
+        gqa(use_sdpa=use_sdpa)(torch.randn(2, 5, 4), mask=mask)
 
 
 def test_attend_rejects_float_mask():
     q = torch.randn(1, 3, 4)
-    with pytest.raises(ValueError, match="hide_mask must be bool"):
+    with pytest.raises(ValueError, match=r"mask must be bool \(True = hidden\)"):
         attend(q, q, q, torch.triu(torch.ones(3, 3), diagonal=1))
 
 
 def test_mask_helpers_reject_bad_arguments():
     with pytest.raises(ValueError, match="4 queries cannot follow only 3 keys"):
-        causal_hide_mask(4, 3)
+        causal_mask(4, 3)
     with pytest.raises(ValueError, match=r"every length must lie in \[0, 4\]"):
-        padding_allow_mask([2, 5], 4)
+        padding_mask([2, 5], 4)
     with pytest.raises(ValueError, match="lengths must be 1-D"):
-        padding_allow_mask([[1, 2]], 4)
+        padding_mask([[1, 2]], 4)
 
 
 # ---------------------------------------------------------------- KV caches
@@ -208,7 +209,7 @@ def test_fully_masked_row_gives_zeros_like_sdpa():
 def test_all_padding_sequence_gives_out_proj_bias(use_sdpa):
     m = gqa(causal=False, use_sdpa=use_sdpa, context_length=8).double()
     x = torch.randn(3, 5, 4, dtype=torch.float64)
-    out = m(x, allow_mask=padding_allow_mask([5, 0, 2], 5))  # sequence 1 is all padding
+    out = m(x, mask=padding_mask([5, 0, 2], 5))  # sequence 1 is all padding
     assert not out.isnan().any()
     torch.testing.assert_close(out[1], m.out_proj.bias.expand(5, -1))  # zero context -> only the bias
     assert (out[0] - m.out_proj.bias).abs().max() > 1e-3
@@ -218,8 +219,8 @@ def test_all_padding_sequence_gives_out_proj_bias(use_sdpa):
 def test_left_padding_with_causal_mask_has_no_nan(use_sdpa):
     """Left padding + causal: the first query of a left-padded row sees only padding keys."""
     m = gqa(use_sdpa=use_sdpa).double()
-    allow = torch.tensor([[True] * 5, [False, False, True, True, True]])
-    out = m(torch.randn(2, 5, 4, dtype=torch.float64), allow_mask=allow)
+    hidden = torch.tensor([[False] * 5, [True, True, False, False, False]])
+    out = m(torch.randn(2, 5, 4, dtype=torch.float64), mask=hidden)
     assert not out.isnan().any()
     torch.testing.assert_close(out[1, :2], m.out_proj.bias.expand(2, -1))
 
@@ -254,3 +255,13 @@ def test_default_device_without_env_var(monkeypatch):
         assert device.type == expected
     else:
         assert device.type in ("mps", "cpu")
+
+
+def test_masks_have_one_convention_true_is_hidden():
+    """causal_mask and padding_mask against independent formulations; to_sdpa_mask is SDPA's complement."""
+    torch.testing.assert_close(causal_mask(5), torch.nn.Transformer.generate_square_subsequent_mask(5) != 0)
+    assert torch.equal(causal_mask(2, 4), torch.tensor([[False, False, False, True], [False, False, False, False]]))
+    assert torch.equal(padding_mask([3, 1], 4), torch.tensor([[False, False, False, True], [False, True, True, True]]))
+    assert torch.equal(to_sdpa_mask(causal_mask(3)), torch.ones(3, 3, dtype=torch.bool).tril())
+    with pytest.raises(ValueError, match=r"mask must be bool \(True = hidden\), got dtype torch.int64"):
+        to_sdpa_mask(torch.ones(3, 3, dtype=torch.int64))

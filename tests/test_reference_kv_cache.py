@@ -9,7 +9,7 @@ from course_utils import (
     MultiHeadAttention,
     PreallocatedKVCache,
     kv_cache_bytes,
-    padding_allow_mask,
+    padding_mask,
 )
 
 T, CTX, D_IN, D_OUT = 8, 10, 6, 12
@@ -20,12 +20,12 @@ CHUNKINGS = [pytest.param([1] * T, id="token-by-token"), pytest.param([3, 1, 2, 
              pytest.param([5, 3], id="prefill+chunk")]
 
 
-def decode(m, x, chunks, cache, allow_mask=None):
+def decode(m, x, chunks, cache, mask=None):
     """Feed x chunk by chunk through the cache; the padding mask covers all keys seen so far."""
     outs, start = [], 0
     for n in chunks:
-        mask = None if allow_mask is None else allow_mask[:, :start + n]
-        outs.append(m(x[:, start:start + n], allow_mask=mask, cache=cache))
+        seen = None if mask is None else mask[:, :start + n]
+        outs.append(m(x[:, start:start + n], mask=seen, cache=cache))
         start += n
     assert cache.seq_len == start == x.shape[1]
     return torch.cat(outs, dim=1)
@@ -63,9 +63,9 @@ def test_growing_and_preallocated_caches_agree(nh, ng, randomize):
 def test_cached_decoding_with_padding_mask(preallocate, randomize, close):
     m = make(6, 2, randomize)
     x = torch.randn(3, T, D_IN, dtype=torch.float64)
-    pad = padding_allow_mask([T, 5, 3], T)
+    pad = padding_mask([T, 5, 3], T)
     cache = m.make_cache(3, preallocate=preallocate)
-    close(decode(m, x, [4, 1, 3], cache, allow_mask=pad), m(x, allow_mask=pad))
+    close(decode(m, x, [4, 1, 3], cache, mask=pad), m(x, mask=pad))
 
 
 def test_gqa_cache_holds_groups_over_heads_of_the_mha_bytes(randomize):

@@ -8,8 +8,11 @@ import torch.nn.functional as F
 
 from course_utils import (
     GroupedQueryAttention,
+    GrowingLatentKVCache,
+    KVCache,
     LatentKVCache,
     MultiHeadLatentAttention,
+    PreallocatedLatentKVCache,
     kv_cache_bytes,
     mla_cache_bytes,
 )
@@ -147,12 +150,12 @@ def test_deepseek_v3_cache_numbers():
 
 
 def test_growing_cache_reset_and_preallocated_overflow():
-    cache = LatentKVCache()
+    cache = GrowingLatentKVCache()
     cache.update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
     assert cache.seq_len == 3 and cache.nbytes == 3 * 6 * 4
     cache.reset()
     assert cache.seq_len == 0 and cache.nbytes == 0
-    pre = LatentKVCache(1, 4, 2, max_len=4)
+    pre = PreallocatedLatentKVCache(1, 4, kv_latent_dim=4, rope_dim=2)
     pre.update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
     with pytest.raises(ValueError, match="latent cache overflow: it holds 4 tokens, 3 are cached"):
         pre.update(torch.zeros(1, 2, 4), torch.zeros(1, 2, 2))
@@ -179,6 +182,13 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="LatentKVCache holds \\(batch=1"):
         m(torch.randn(2, 1, 4), cache=cache)
     with pytest.raises(ValueError, match="for the same tokens"):
-        LatentKVCache().update(torch.zeros(1, 3, 4), torch.zeros(1, 2, 2))
-    with pytest.raises(ValueError, match="needs batch_size, kv_latent_dim and rope_dim"):
-        LatentKVCache(max_len=4)
+        GrowingLatentKVCache().update(torch.zeros(1, 3, 4), torch.zeros(1, 2, 2))
+    with pytest.raises(ValueError, match=re.escape("LatentKVCache holds (batch=1, kv_latent_dim=4, rope_dim=2)")):
+        PreallocatedLatentKVCache(1, 4, 4, 2).update(torch.zeros(1, 1, 4), torch.zeros(1, 1, 3))
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_latent_caches_belong_to_the_cache_family(preallocate):
+    cache = MultiHeadLatentAttention(4, 8, 6, 0.0, 2, 8, 4).make_cache(1, preallocate=preallocate)
+    assert isinstance(cache, LatentKVCache) and isinstance(cache, KVCache)
+    assert type(cache) is (PreallocatedLatentKVCache if preallocate else GrowingLatentKVCache)

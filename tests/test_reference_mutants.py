@@ -19,24 +19,24 @@ GQA_ARGS = (2, 7, 9, 12, 12, 6, 3, False)  # batch, tokens, context_length, d_in
 MHA_ARGS = (2, 5, 8, 3, 8, 4, False)
 
 
-def attend_scaled_by_sqrt_d_out(q, k, v, hide_mask=None, dropout=None):
-    return attend(q / math.sqrt(q.shape[1]), k, v, hide_mask, dropout)  # total sqrt(head_dim * num_heads)
+def attend_scaled_by_sqrt_d_out(q, k, v, mask=None, dropout=None):
+    return attend(q / math.sqrt(q.shape[1]), k, v, mask, dropout)  # total sqrt(head_dim * num_heads)
 
 
-def attend_merging_without_transpose(q, k, v, hide_mask=None, dropout=None):
-    context, weights = attend(q, k, v, hide_mask, dropout)
+def attend_merging_without_transpose(q, k, v, mask=None, dropout=None):
+    context, weights = attend(q, k, v, mask, dropout)
     return context.transpose(1, 2), weights  # forward's own transpose then cancels out
 
 
-def attend_top_left_causal(q, k, v, hide_mask=None, dropout=None):
+def attend_top_left_causal(q, k, v, mask=None, dropout=None):
     sq, sk = q.shape[-2], k.shape[-2]
     return attend(q, k, v, torch.ones(sq, sk, dtype=torch.bool).triu(1), dropout)  # is_causal=True's alignment
 
 
-def attend_minus_1e9(q, k, v, hide_mask=None, dropout=None):
+def attend_minus_1e9(q, k, v, mask=None, dropout=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if hide_mask is not None:
-        scores = scores.masked_fill(hide_mask, -1e9)  # the seed notes' mask: fully hidden rows average all values
+    if mask is not None:
+        scores = scores.masked_fill(mask, -1e9)  # the seed notes' mask: fully hidden rows average all values
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 
@@ -82,8 +82,8 @@ def test_top_left_causal_mask_in_cache_is_caught(monkeypatch, randomize, close):
 
 
 def test_swapped_mask_convention_is_caught(monkeypatch, close, randomize, sdpa_ref):
-    real = multihead.expand_allow_mask
-    monkeypatch.setattr(multihead, "expand_allow_mask", lambda *args: ~real(*args))  # allow read as hide
+    real = multihead.expand_mask
+    monkeypatch.setattr(multihead, "expand_mask", lambda *args: ~real(*args))  # SDPA's may-attend read as hidden
     fails(sdpa_tests.test_padding_masks_2d_and_4d_equal_sdpa, *GQA_ARGS, False, close, randomize, sdpa_ref)
 
 

@@ -63,13 +63,13 @@ def test_padding_and_arbitrary_masks(block_size):
     q, k, v = inputs(3, 2, 6, 11, 8)
     lengths = torch.tensor([11, 4, 7])
     padding_allow = (torch.arange(11) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, Sk)
-    out, _ = online_softmax_attention(q, k, v, block_size=block_size, hide_mask=~padding_allow)
+    out, _ = online_softmax_attention(q, k, v, block_size=block_size, mask=~padding_allow)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=padding_allow))
     # causal and a random mask together
     random_allow = torch.rand(3, 2, 6, 11) > 0.5
     random_allow[..., range(6), range(5, 11)] = True  # query i keeps key 5 + i, its own position
     allow = random_allow & causal_allow(6, 11)
-    out, lse = online_softmax_attention(q, k, v, block_size=block_size, causal=True, hide_mask=~random_allow)
+    out, lse = online_softmax_attention(q, k, v, block_size=block_size, causal=True, mask=~random_allow)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allow))
     torch.testing.assert_close(lse, expected_lse(q, k, allow))
 
@@ -80,7 +80,7 @@ def test_fully_masked_rows_are_zero_with_lse_minus_inf(block_size):
     hide = torch.zeros(2, 2, 5, 9, dtype=torch.bool)
     hide[0, 1, 2] = True  # one row sees nothing
     hide[1, :, :, :] = True  # a whole sequence sees nothing
-    out, lse = online_softmax_attention(q, k, v, block_size=block_size, hide_mask=hide)
+    out, lse = online_softmax_attention(q, k, v, block_size=block_size, mask=hide)
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
     assert out[0, 1, 2].abs().max() == 0 and out[1].abs().max() == 0
     assert lse[0, 1, 2] == float("-inf") and (lse[1] == float("-inf")).all()
@@ -171,9 +171,9 @@ def test_errors_name_the_problem():
         online_softmax_attention(q, k[:, :1], v[:, :1])
     with pytest.raises(ValueError, match="6 queries cannot follow only 4 keys"):
         online_softmax_attention(k, q, q, causal=True)
-    with pytest.raises(ValueError, match="must be a bool tensor"):
-        online_softmax_attention(q, k, v, hide_mask=torch.zeros(4, 6))
+    with pytest.raises(ValueError, match=re.escape("mask must be bool (True = hidden), got dtype torch.float32")):
+        online_softmax_attention(q, k, v, mask=torch.zeros(4, 6))
     with pytest.raises(ValueError, match=re.escape("does not broadcast to the scores' shape (1, 2, 4, 6)")):
-        online_softmax_attention(q, k, v, hide_mask=torch.zeros(4, 5, dtype=torch.bool))
+        online_softmax_attention(q, k, v, mask=torch.zeros(4, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="one floating dtype"):
         online_softmax_attention(q, k.float(), v)

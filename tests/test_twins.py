@@ -1,6 +1,6 @@
 """The Chinese edition (中文版): every notebook has a twin in zh-CN/ with the same code and Chinese prose.
 
-How twins are made and kept current is in course_utils/twins.py's docstring; `make twins` does it.
+How twins are made and kept current is in authoring/twins.py's docstring; `make twins` does it.
 """
 import copy
 import json
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import exercises as gen
-from course_utils import lang, twins
+from authoring import exercises as gen
+from authoring import twins
+from course_utils import lang
 
 ROOT = Path(__file__).resolve().parents[1]
 TWINS = [twins.twin_path(p) for p in twins.english_notebooks()]

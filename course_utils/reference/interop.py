@@ -1,6 +1,8 @@
 """Weight mappings between the course's modules and PyTorch's built-ins (parameters only, never buffers)."""
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -12,7 +14,7 @@ from .multihead import GroupedQueryAttention, MultiHeadAttention
 def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """An ``nn.MultiheadAttention`` (batch_first) computing the same function as ``mha``.
 
-    Call it with ``attn_mask=causal_hide_mask(T)`` (True = hide, nn.MultiheadAttention's convention).
+    Call it with ``attn_mask=causal_mask(T)``: nn.MultiheadAttention reads True = hidden, as this package does.
     With ``d_in == d_out`` pass ``x`` as query, key and value. With ``d_in != d_out``,
     nn.MultiheadAttention needs a query already ``d_out`` wide: its query projection is the identity
     and the query to pass is ``mha.W_query(x)``; keys and values are ``x`` (``kdim = vdim = d_in``).
@@ -89,6 +91,22 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> nn.Module:
     return dst
 
 
+def constructor_options(attn: GroupedQueryAttention) -> dict:
+    """Every argument of ``GroupedQueryAttention(...)``, read back from ``attn``, so that
+    ``GroupedQueryAttention(**constructor_options(attn))`` builds the same module with fresh parameters.
+
+    The signature is introspected, so an option added to the constructor later is copied too; one that the module
+    does not store under its own name (and is not derived below) raises here instead of being dropped silently.
+    """
+    derived = {"dropout": attn.dropout.p, "qkv_bias": attn.W_key.bias is not None}
+    names = [n for n in inspect.signature(GroupedQueryAttention.__init__).parameters if n != "self"]
+    missing = [n for n in names if n not in derived and not hasattr(attn, n)]
+    if missing:
+        raise ValueError(f"GroupedQueryAttention does not store the constructor option(s) {missing}: store them "
+                         "under their own names (or derive them in constructor_options) so that copies keep them")
+    return {n: derived[n] if n in derived else getattr(attn, n) for n in names}
+
+
 def mha_to_gqa(attn: GroupedQueryAttention, num_kv_groups: int) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention`` with ``num_kv_groups`` K/V heads, each the mean of the K/V heads it replaces
     (Ainslie et al. 2023's mean-pooling; notebook 06 derives it). Queries and ``out_proj`` are copied unchanged.
@@ -101,9 +119,8 @@ def mha_to_gqa(attn: GroupedQueryAttention, num_kv_groups: int) -> GroupedQueryA
     check_divisible(old, num_kv_groups, f"the K/V heads ({old}) and num_kv_groups ({num_kv_groups})")
     check_divisible(attn.num_heads, num_kv_groups, f"num_heads ({attn.num_heads}) and num_kv_groups ({num_kv_groups})")
     w = attn.W_query.weight
-    gqa = GroupedQueryAttention(attn.d_in, attn.d_out, attn.context_length, attn.dropout.p, attn.num_heads,
-                                num_kv_groups, qkv_bias=attn.W_key.bias is not None, causal=attn.causal,
-                                d_context=attn.d_context, use_sdpa=attn.use_sdpa).to(device=w.device, dtype=w.dtype)
+    options = constructor_options(attn) | {"num_kv_groups": num_kv_groups}
+    gqa = GroupedQueryAttention(**options).to(device=w.device, dtype=w.dtype)
     pool, hd = old // num_kv_groups, attn.head_dim
     with torch.no_grad():
         for name in ("W_query", "out_proj"):

@@ -1,7 +1,15 @@
 """KV caches for incremental decoding: keep each layer's past keys and values instead of recomputing them.
 
-All tensors are (batch, num_kv_heads, num_tokens, head_dim). For grouped-query attention the cache
-stores only the ``num_kv_groups`` K/V heads, not one per query head.
+One family, one protocol (``KVCache``: ``update`` appends the new tokens' two tensors and returns all of them so
+far, ``reset``, ``seq_len``, ``nbytes``), each kind in two forms: growing (``torch.cat`` per step) and
+preallocated (allocated once for ``max_len`` tokens, written in place).
+
+* K/V caches (MHA, GQA, MQA): keys and values (batch, num_kv_heads, num_tokens, head_dim). For grouped-query
+  attention the cache stores only the ``num_kv_groups`` K/V heads, not one per query head.
+* latent caches (MLA, ``course_utils.mla``): the latents ``c_kv`` (batch, num_tokens, kv_latent_dim) and the
+  rotated shared keys ``k_rope`` (batch, num_tokens, rope_dim).
+
+The sizes by formula are in ``course_utils.sizes``.
 """
 from __future__ import annotations
 
@@ -21,7 +29,10 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the cache's key and value tensors."""
+        """Bytes held by the cache's two tensors (all that is allocated, for a preallocated cache)."""
+        return sum(t.numel() * t.element_size() for t in self._held() if t is not None)
+
+    def _held(self) -> tuple:
         raise NotImplementedError
 
     @staticmethod
@@ -67,11 +78,8 @@ class GrowingKVCache(KVCache):
     def reset(self):
         self.keys = self.values = None
 
-    @property
-    def nbytes(self):
-        if self.keys is None:
-            return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+    def _held(self):
+        return self.keys, self.values
 
 
 class PreallocatedKVCache(KVCache):
@@ -104,7 +112,77 @@ class PreallocatedKVCache(KVCache):
     def reset(self):
         self.seq_len = 0
 
+    def _held(self):
+        return self.keys, self.values
+
+
+class LatentKVCache(KVCache):
+    """MLA's cache: ``update(c_kv, k_rope)`` appends the new tokens' latents (B, n, kv_latent_dim) and rotated
+    shared keys (B, n, rope_dim) and returns all of them so far. Keys and values are both up-projections of
+    ``c_kv``, so there is no second per-head tensor."""
+
+    @staticmethod
+    def _check_new(c_kv, k_rope, expected=None) -> None:
+        if c_kv.ndim != 3 or k_rope.ndim != 3 or c_kv.shape[:2] != k_rope.shape[:2]:
+            raise ValueError(f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
+                             f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}")
+        if expected is not None and (c_kv.shape[0], c_kv.shape[2], k_rope.shape[2]) != expected:
+            b, dc, r = expected
+            raise ValueError(f"LatentKVCache holds (batch={b}, kv_latent_dim={dc}, rope_dim={r}), got new c_kv "
+                             f"{tuple(c_kv.shape)} and k_rope {tuple(k_rope.shape)}")
+
+
+class GrowingLatentKVCache(LatentKVCache):
+    """A latent cache that grows with ``torch.cat`` at every step."""
+
+    def __init__(self):
+        self.c_kv: torch.Tensor | None = None  # (B, T, dc)
+        self.k_rope: torch.Tensor | None = None  # (B, T, r)
+
     @property
-    def nbytes(self):
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+    def seq_len(self) -> int:
+        return 0 if self.c_kv is None else self.c_kv.shape[1]
+
+    def update(self, c_kv, k_rope):
+        if self.c_kv is None:
+            self._check_new(c_kv, k_rope)
+            self.c_kv, self.k_rope = c_kv, k_rope
+        else:
+            self._check_new(c_kv, k_rope, (self.c_kv.shape[0], self.c_kv.shape[2], self.k_rope.shape[2]))
+            self.c_kv = torch.cat([self.c_kv, c_kv], dim=1)
+            self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)
+        return self.c_kv, self.k_rope
+
+    def reset(self):
+        self.c_kv = self.k_rope = None
+
+    def _held(self):
+        return self.c_kv, self.k_rope
+
+
+class PreallocatedLatentKVCache(LatentKVCache):
+    """A latent cache allocated once for ``max_len`` tokens, written in place; writing past ``max_len`` raises."""
+
+    def __init__(self, batch_size, max_len, kv_latent_dim, rope_dim, dtype=torch.float32, device=None):
+        self.c_kv = torch.zeros(batch_size, max_len, kv_latent_dim, dtype=dtype, device=device)
+        self.k_rope = torch.zeros(batch_size, max_len, rope_dim, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.seq_len = 0  # the write position
+
+    def update(self, c_kv, k_rope):
+        self._check_new(c_kv, k_rope, (self.c_kv.shape[0], self.c_kv.shape[2], self.k_rope.shape[2]))
+        start, end = self.seq_len, self.seq_len + c_kv.shape[1]
+        if end > self.max_len:
+            raise ValueError(f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
+                             f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it")
+        self.c_kv[:, start:end] = c_kv
+        self.k_rope[:, start:end] = k_rope
+        self.seq_len = end
+        return self.c_kv[:, :end], self.k_rope[:, :end]
+
+    def reset(self):
+        self.seq_len = 0
+
+    def _held(self):
+        return self.c_kv, self.k_rope
 

@@ -1,4 +1,5 @@
-"""Multi-head latent attention (MLA, 多头潜在注意力; DeepSeek-V2, also DeepSeek-V3), with its latent KV cache.
+"""Multi-head latent attention (MLA, 多头潜在注意力; DeepSeek-V2, also DeepSeek-V3). Its caches, growing and
+preallocated, are in ``course_utils.kv_cache`` with the K/V caches.
 
 Instead of per-head keys and values, each token is compressed into one latent ``c_KV = W_dkv x`` of
 ``kv_latent_dim`` numbers; the heads' keys and values are up-projections of it, ``k_h = W_uk_h c_KV`` and
@@ -29,71 +30,8 @@ import torch
 from torch import nn
 
 from ._checks import check_divisible, check_tokens
+from .kv_cache import GrowingLatentKVCache, LatentKVCache, PreallocatedLatentKVCache
 from .rotary import apply_rope, rope_cos_sin
-
-
-class LatentKVCache:
-    """MLA's cache: the latents ``c_kv`` (B, T, kv_latent_dim) and rotated ``k_rope`` (B, T, rope_dim) per token.
-
-    Growing (``torch.cat``) when ``max_len`` is None, else preallocated for ``max_len`` tokens and written in place.
-    """
-
-    def __init__(self, batch_size=None, kv_latent_dim=None, rope_dim=None, max_len=None, dtype=torch.float32,
-                 device=None):
-        self.max_len = max_len
-        self.seq_len = 0
-        if max_len is None:
-            self.c_kv = self.k_rope = None
-        else:
-            if None in (batch_size, kv_latent_dim, rope_dim):
-                raise ValueError("a preallocated LatentKVCache needs batch_size, kv_latent_dim and rope_dim")
-            self.c_kv = torch.zeros(batch_size, max_len, kv_latent_dim, dtype=dtype, device=device)
-            self.k_rope = torch.zeros(batch_size, max_len, rope_dim, dtype=dtype, device=device)
-
-    def update(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new tokens' (B, n, kv_latent_dim) latents and (B, n, rope_dim) keys; return all so far."""
-        if c_kv.ndim != 3 or k_rope.ndim != 3 or c_kv.shape[:2] != k_rope.shape[:2]:
-            raise ValueError(f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
-                             f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}")
-        if self.c_kv is not None and (c_kv.shape[0], c_kv.shape[2], k_rope.shape[2]) != (
-                self.c_kv.shape[0], self.c_kv.shape[2], self.k_rope.shape[2]):
-            raise ValueError(f"LatentKVCache holds (batch={self.c_kv.shape[0]}, kv_latent_dim={self.c_kv.shape[2]}, "
-                             f"rope_dim={self.k_rope.shape[2]}), got new c_kv {tuple(c_kv.shape)} and k_rope "
-                             f"{tuple(k_rope.shape)}")
-        start, end = self.seq_len, self.seq_len + c_kv.shape[1]
-        if self.max_len is None:
-            if self.c_kv is None:
-                self.c_kv, self.k_rope = c_kv, k_rope
-            else:
-                self.c_kv = torch.cat([self.c_kv, c_kv], dim=1)
-                self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)
-            self.seq_len = end
-            return self.c_kv, self.k_rope
-        if end > self.max_len:
-            raise ValueError(f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
-                             f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it")
-        self.c_kv[:, start:end] = c_kv
-        self.k_rope[:, start:end] = k_rope
-        self.seq_len = end
-        return self.c_kv[:, :end], self.k_rope[:, :end]
-
-    def reset(self) -> None:
-        self.seq_len = 0
-        if self.max_len is None:
-            self.c_kv = self.k_rope = None
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the latent and rope-key tensors."""
-        if self.c_kv is None:
-            return 0
-        return self.c_kv.numel() * self.c_kv.element_size() + self.k_rope.numel() * self.k_rope.element_size()
-
-
-def mla_cache_bytes(num_layers, kv_latent_dim, rope_dim, seq_len, batch_size=1, bytes_per_element=2) -> int:
-    """Theoretical MLA cache size: layers * (kv_latent_dim + rope_dim) * tokens * batch * bytes (no factor 2:
-    keys and values share the latent)."""
-    return num_layers * (kv_latent_dim + rope_dim) * seq_len * batch_size * bytes_per_element
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -141,10 +79,10 @@ class MultiHeadLatentAttention(nn.Module):
     def make_cache(self, batch_size: int, preallocate: bool = False, max_len: int | None = None) -> LatentKVCache:
         """A latent cache for this layer: growing, or preallocated for ``max_len`` (default context_length)."""
         if not preallocate:
-            return LatentKVCache()
+            return GrowingLatentKVCache()
         w = self.W_dkv.weight
-        return LatentKVCache(batch_size, self.kv_latent_dim, self.rope_dim, max_len or self.context_length,
-                             dtype=w.dtype, device=w.device)
+        return PreallocatedLatentKVCache(batch_size, max_len or self.context_length, self.kv_latent_dim,
+                                         self.rope_dim, dtype=w.dtype, device=w.device)
 
     def cache_floats_per_token(self) -> int:
         """kv_latent_dim + rope_dim: what one token costs in this layer's cache."""
@@ -195,8 +133,8 @@ class MultiHeadLatentAttention(nn.Module):
             values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
             scores = q_nope @ k_nope.transpose(-2, -1) + rope_scores
         scores = scores / math.sqrt(self.head_dim + self.rope_dim)
-        hide = self.mask[past_len:past_len + n, :num_keys].bool()  # new queries are the last n positions
-        weights = self.dropout(torch.softmax(scores.masked_fill(hide, float("-inf")), dim=-1))
+        hidden = self.mask[past_len:past_len + n, :num_keys].bool()  # new queries are the last n positions
+        weights = self.dropout(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1))
 
         if absorb:
             context_latent = weights @ c_kv[:, None]  # (B, nh, n, dc): attention over the latents themselves

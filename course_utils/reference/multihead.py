@@ -13,7 +13,7 @@ from torch import nn
 from ._checks import check_divisible, check_tokens
 from .attention import attend
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
-from .masks import expand_allow_mask
+from .masks import expand_mask, to_sdpa_mask
 from .rotary import apply_rope, rope_cos_sin
 
 
@@ -31,10 +31,11 @@ class GroupedQueryAttention(nn.Module):
     Query head ``h`` reads K/V group ``h // (num_heads // num_kv_groups)``, the ``repeat_interleave``
     convention of SDPA's ``enable_gqa`` and Hugging Face's ``repeat_kv``.
 
-    forward(x, context=None, *, allow_mask=None, cache=None, return_weights=False, positions=None)
+    forward(x, context=None, *, mask=None, cache=None, return_weights=False, positions=None)
       x:          (B, Sq, d_in) queries (and keys/values, for self-attention)
       context:    (B, Sk, d_context) keys/values for cross-attention (needs ``causal=False``)
-      allow_mask: bool, True = may attend; (B, Sk) padding or (B, 1, Sq, Sk)
+      mask:       bool, True = hidden (``course_utils.masks``); (B, Sk) padding or (B, 1, Sq, Sk); combined with
+                  the causal mask
       cache:      a ``KVCache``; x holds only the new tokens, which follow the cached ones
       positions:  with ``rope=True``, the new tokens' positions, (Sq,) or (B, Sq); default past_len ... past_len+Sq-1
 
@@ -80,7 +81,7 @@ class GroupedQueryAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
 
-    def forward(self, x, context=None, *, allow_mask=None, cache: KVCache | None = None, return_weights=False,
+    def forward(self, x, context=None, *, mask=None, cache: KVCache | None = None, return_weights=False,
                 positions=None):
         check_tokens(x, self.d_in, self.context_length)
         b, num_queries, _ = x.shape
@@ -118,27 +119,27 @@ class GroupedQueryAttention(nn.Module):
             keys, values = cache.update(keys, values)  # all tokens so far
         num_keys = keys.shape[2]
 
-        hide = None
+        hidden = None  # True = hidden, broadcastable to (B, nh, Sq, Sk)
         if self.causal:
             # the new queries are the last num_queries positions: slice the mask's rows from past_len
             # slice before .bool(): converting the whole (context_length, context_length) buffer would cost
             # O(context_length^2) per decoded token
-            hide = self.mask[past_len:past_len + num_queries, :num_keys].bool()
-        if allow_mask is not None:
-            padding_hide = ~expand_allow_mask(allow_mask, b, num_queries, num_keys)
-            if padding_hide.shape[1] not in (1, self.num_heads):
-                raise ValueError(f"attention mask of shape {tuple(allow_mask.shape)} has {padding_hide.shape[1]} "
+            hidden = self.mask[past_len:past_len + num_queries, :num_keys].bool()
+        if mask is not None:
+            extra = expand_mask(mask, b, num_queries, num_keys)  # (B or 1, 1 or nh, Sq or 1, Sk)
+            if extra.shape[1] not in (1, self.num_heads):
+                raise ValueError(f"attention mask of shape {tuple(mask.shape)} has {extra.shape[1]} "
                                  f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}")
-            hide = padding_hide if hide is None else hide | padding_hide
+            hidden = extra if hidden is None else hidden | extra
 
         if self.use_sdpa:
             if return_weights:
                 raise ValueError("return_weights=True needs the reference path (use_sdpa=False)")
-            context_vec = self._sdpa(queries, keys, values, hide, plain_causal=allow_mask is None and past_len == 0)
+            context_vec = self._sdpa(queries, keys, values, hidden, plain_causal=mask is None and past_len == 0)
             weights = None
         else:
             context_vec, weights = attend(queries, repeat_kv(keys, self.group_size),
-                                          repeat_kv(values, self.group_size), hide, self.dropout)
+                                          repeat_kv(values, self.group_size), hidden, self.dropout)
         context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_queries, self.d_out)  # merge heads
         out = self.out_proj(context_vec)
         return (out, weights) if return_weights else out
@@ -156,20 +157,21 @@ class GroupedQueryAttention(nn.Module):
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_base, dtype=queries.dtype, device=queries.device)
         return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
 
-    def _sdpa(self, queries, keys, values, hide, plain_causal):
+    def _sdpa(self, queries, keys, values, hidden, plain_causal):
         """The fused kernel; is_causal only where the mask is the plain square one (no cache, no padding)."""
         dropout_p = self.dropout.p if self.training else 0.0
         gqa = self.group_size > 1
         if self.causal and plain_causal:
             return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p,
                                                   is_causal=True, enable_gqa=gqa)
-        allow = None if hide is None else ~hide
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allow,
+        # the one place where this module meets SDPA's convention (True = may attend)
+        sdpa_mask = None if hidden is None else to_sdpa_mask(hidden)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=sdpa_mask,
                                              dropout_p=dropout_p, enable_gqa=gqa)
-        if hide is None:
+        if hidden is None:
             return out
         # rows with no visible key: zero, as in attend(); some fused GPU kernels have returned NaN here
-        return out.masked_fill(hide.all(dim=-1, keepdim=True), 0.0)
+        return out.masked_fill(hidden.all(dim=-1, keepdim=True), 0.0)
 
 
 class MultiHeadAttention(GroupedQueryAttention):

@@ -19,8 +19,10 @@ import math
 
 import torch
 
+from .masks import check_mask
 
-def _check(q, k, v, block_size, causal, hide_mask):
+
+def _check(q, k, v, block_size, causal, mask):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -40,31 +42,29 @@ def _check(q, k, v, block_size, causal, hide_mask):
     num_queries, num_keys = q.shape[-2], k.shape[-2]
     if causal and num_queries > num_keys:
         raise ValueError(f"causal attention: {num_queries} queries cannot follow only {num_keys} keys")
-    if hide_mask is None:
+    if mask is None:
         return None
-    if not isinstance(hide_mask, torch.Tensor) or hide_mask.dtype != torch.bool:
-        raise ValueError(f"hide_mask must be a bool tensor (True = hide), got "
-                         f"{getattr(hide_mask, 'dtype', type(hide_mask).__name__)}; for a 0/1 mask pass mask.bool()")
+    check_mask(mask)
     full = (*q.shape[:-2], num_queries, num_keys)
     try:
-        return hide_mask.expand(full)  # a view: slicing a tile of it costs nothing
+        return mask.expand(full)  # a view: slicing a tile of it costs nothing
     except RuntimeError:
-        raise ValueError(f"hide_mask of shape {tuple(hide_mask.shape)} does not broadcast to the scores' shape "
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                          f"{full} (..., num_queries, num_keys)") from None
 
 
-def online_softmax_attention(q, k, v, block_size: int = 64, causal: bool = False, hide_mask=None, scale=None):
+def online_softmax_attention(q, k, v, block_size: int = 64, causal: bool = False, mask=None, scale=None):
     """softmax(q k^T * scale, hidden -> -inf) v, one (block_size, block_size) tile of scores at a time.
 
     q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv); ``causal`` aligns the queries to the *last* Sq keys (query i
-    sits at position Sk - Sq + i, as with a KV cache); ``hide_mask`` is bool, True = hide, broadcastable to
+    sits at position Sk - Sq + i, as with a KV cache); ``mask`` is bool, True = hidden, broadcastable to
     (..., Sq, Sk). ``scale`` defaults to 1/sqrt(d).
 
     Returns ``(out, lse)``: out (..., Sq, dv) in q's dtype, and the log-sum-exp of each row's scaled scores
     (..., Sq) in the accumulation dtype (float32 for half inputs). A row with every key hidden gets out = 0 and
     lse = -inf, not NaN (as ``course_utils.attend`` and SDPA give zero for it).
     """
-    hide = _check(q, k, v, block_size, causal, hide_mask)
+    hidden = _check(q, k, v, block_size, causal, mask)
     acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     num_queries, num_keys = q.shape[-2], k.shape[-2]
@@ -87,8 +87,8 @@ def online_softmax_attention(q, k, v, block_size: int = 64, causal: bool = False
                 q_pos = torch.arange(offset + qs, offset + qe, device=q.device)[:, None]
                 k_pos = torch.arange(ks, ke, device=q.device)[None, :]
                 s = s.masked_fill(k_pos > q_pos, float("-inf"))
-            if hide is not None:
-                s = s.masked_fill(hide[..., qs:qe, ks:ke], float("-inf"))
+            if hidden is not None:
+                s = s.masked_fill(hidden[..., qs:qe, ks:ke], float("-inf"))
             m_new = torch.maximum(m, s.amax(dim=-1))
             # rows with nothing visible yet have m_new = -inf: subtract 0 instead, so exp gives 0 rather than NaN
             m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)

@@ -1,4 +1,4 @@
-"""Generate the exercise notebooks from their solutions: ``python -m course_utils.exercises solutions exercises``.
+"""Generate the exercise notebooks from their solutions: ``python -m authoring.exercises solutions exercises``.
 
 ``solutions/`` is the single source. Each notebook there becomes an exercise notebook of the same name:
 
@@ -128,7 +128,7 @@ def generate(src: Path, dst: Path, check: bool = False) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.exercises", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m authoring.exercises", description=__doc__.split("\n")[0])
     parser.add_argument("solutions", type=Path, help="folder of solution notebooks (the source)")
     parser.add_argument("exercises", type=Path, help="folder to write the exercise notebooks to")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the exercises are out of date")

@@ -6,16 +6,18 @@ English cell with the same id, written for Chinese readers rather than word for 
 holds a hash of the English text they render, so a change on the English side is noticed. A twin may add markdown
 cells of its own: their ids start with ``zh-`` and they stay after the cell they follow.
 
-``python -m course_utils.twins sync`` rebuilds every twin from its English notebook: code from the English side,
+``python -m authoring.twins sync`` rebuilds every twin from its English notebook: code from the English side,
 markdown kept by id. A markdown cell the English side added is copied in English and marked
 ``"twin": {"todo": "translate"}``; one whose English text changed keeps its Chinese and is marked
 ``"todo": "update"``. Whoever translates it deletes the ``todo`` (``git diff`` on the English notebook shows what
-changed). A twin that is missing is created that way. ``--execute`` then runs the twins whose code changed (``--execute-all``: every twin).
-To translate, ``python -m course_utils.twins export TWIN > cells.md`` writes the twin's markdown cells (and, for
+changed). A twin that is missing is created that way. ``--execute changed`` then runs the twins whose code
+changed (``--execute all``: every twin).
+To translate, ``python -m authoring.twins export TWIN > cells.md`` writes the twin's markdown cells (and, for
 context, its code) as text with a ``<!-- cell ID -->`` line before each; edit the text under the markdown cells' lines
-(add a cell of your own with a new ``<!-- cell zh-... -->`` line) and ``python -m course_utils.twins import TWIN
-cells.md`` puts it back and clears those cells' ``todo``. ``python -m course_utils.twins check`` writes nothing and exits 1 when a twin is missing, stale, untranslated or
-has no English notebook. ``exercises/zh-CN`` is made from ``solutions/zh-CN`` by the exercise generator.
+(add a cell of your own with a new ``<!-- cell zh-... -->`` line) and ``python -m authoring.twins import TWIN
+cells.md`` puts it back and clears those cells' ``todo``. ``python -m authoring.twins check`` writes nothing and
+exits 1 when a twin is missing, stale, untranslated or has no English notebook. ``exercises/zh-CN`` is made from
+``solutions/zh-CN`` by the exercise generator (``authoring.exercises``).
 """
 from __future__ import annotations
 
@@ -262,7 +264,7 @@ def sync(root: Path = ROOT, run: str = "changed") -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.twins", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m authoring.twins", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("sync", "check", "export", "import"))
     parser.add_argument("paths", nargs="*", type=Path, help="export: TWIN; import: TWIN TEXT")
     parser.add_argument("--execute", choices=("changed", "all", "none"), default="none",
