@@ -6,7 +6,7 @@ to ``m`` and a key rotated to ``n`` then depends on the positions only through `
 
 Which features form a pair is a layout choice:
 
-* **rotate half** (Llama / Hugging Face / GPT-NeoX): feature ``i`` pairs with ``i + head_dim // 2``;
+* **rotate half** (Hugging Face's Llama, GPT-NeoX): feature ``i`` pairs with ``i + head_dim // 2``;
   the cos/sin tables are ``cat(freqs, freqs)`` and the rotation is ``x * cos + rotate_half(x) * sin``.
 * **interleaved** (GPT-J, the paper, Meta's original Llama code): feature ``2i`` pairs with ``2i + 1``;
   the tables are ``repeat_interleave(freqs, 2)`` and the rotation uses ``rotate_every_two``.
