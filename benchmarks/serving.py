@@ -28,7 +28,7 @@ def _contiguous_step(keys, values, lens, new_k, new_v, query):
     n_rep = query.shape[1] // keys.shape[1]
     k = keys[:, :, :t].repeat_interleave(n_rep, dim=1)
     v = values[:, :, :t].repeat_interleave(n_rep, dim=1)
-    return attend(query[:, :, None], k, v, hide_mask=hide)[0][:, :, 0]
+    return attend(query[:, :, None], k, v, mask=hide)[0][:, :, 0]
 
 
 def bench_paged_decode(cfg, device, log):

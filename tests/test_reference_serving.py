@@ -268,7 +268,7 @@ def test_split_k_with_a_mask_and_a_fully_hidden_chunk():
     k, v = torch.randn(3, 2, 20, 8, dtype=torch.float64), torch.randn(3, 2, 20, 8, dtype=torch.float64)
     lengths = torch.tensor([20, 4, 11])  # sequence 1 has keys in the first of 4 chunks of 5 only
     allow = (torch.arange(20)[None, :] < lengths[:, None])[:, None, None, :]
-    out, lse = split_k_attention(q, k, v, num_splits=4, hide_mask=~allow)
+    out, lse = split_k_attention(q, k, v, num_splits=4, mask=~allow)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allow), atol=1e-10,
                                rtol=1e-10)
     torch.testing.assert_close(lse, expected_lse(q, k, allow), atol=1e-10, rtol=1e-10)

@@ -247,5 +247,5 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     q = q.to(keys.dtype)
     if scale is not None:  # attend scales by 1/sqrt(hd): fold a different scale into q
         q = q * (scale * math.sqrt(cache.head_dim))
-    out, _ = attend(q, keys, values, hide_mask=hide)
+    out, _ = attend(q, keys, values, mask=hide)
     return (out[:, :, 0, :] if one_step else out).to(query.dtype)

@@ -3,7 +3,7 @@
 **The window's convention** (the one of Hugging Face's ``sliding_window``: ``transformers.masking_utils.
 sliding_window_overlay`` keeps key ``j`` for query ``i`` when ``j > i - sliding_window``): with window ``w`` a
 query at position ``i`` sees the ``w`` keys ``i - w + 1, ..., i``, itself included. ``w = 1`` is "only itself";
-``w >= T`` is plain causal attention. Masks here are True = hidden, like ``course_utils.causal_hide_mask``.
+``w >= T`` is plain causal attention. Masks here are True = hidden, like ``course_utils.causal_mask``.
 
 **Attention sinks** (注意力汇聚点) come in two kinds:
 
@@ -49,7 +49,7 @@ def sliding_window_mask(num_queries: int, num_keys: int | None = None, *, window
                         device=None) -> torch.Tensor:
     """(num_queries, num_keys) bool, True = hidden: causal, plus keys ``window`` or more positions back hidden.
 
-    Aligned like ``causal_hide_mask``: the queries are the *last* ``num_queries`` of ``num_keys`` consecutive
+    Aligned like ``causal_mask``: the queries are the *last* ``num_queries`` of ``num_keys`` consecutive
     positions. ``num_sinks``: the first keys stay visible to every query (StreamingLLM).
     """
     num_keys = num_queries if num_keys is None else num_keys
@@ -59,7 +59,7 @@ def sliding_window_mask(num_queries: int, num_keys: int | None = None, *, window
     return sliding_window_mask_at(keys[num_keys - num_queries:], keys, window=window, num_sinks=num_sinks)
 
 
-def attend_with_sink_logit(queries, keys, values, sink_logits, hide_mask=None):
+def attend_with_sink_logit(queries, keys, values, sink_logits, mask=None):
     """gpt-oss's attention with a learned sink: softmax over [scores, sink] per row, the sink's column dropped.
 
     queries (B, H, Sq, hd), keys and values (B, H, Sk, hd), sink_logits (H,): one logit per head, broadcast to every
@@ -69,8 +69,8 @@ def attend_with_sink_logit(queries, keys, values, sink_logits, hide_mask=None):
         raise ValueError(f"sink_logits must hold one logit per head: shape ({queries.shape[1]},), "
                          f"got {tuple(sink_logits.shape)}")
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (B, H, Sq, Sk)
-    if hide_mask is not None:
-        scores = scores.masked_fill(hide_mask, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
     sink = sink_logits.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)  # (B, H, Sq, 1)
     weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # the sink's share dropped
     return weights @ values, weights

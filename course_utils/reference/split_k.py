@@ -43,10 +43,10 @@ def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor
     return out, m + torch.log(total)  # log(0) = -inf for a row that saw nothing
 
 
-def split_k_attention(q, k, v, num_splits: int, scale=None, hide_mask=None):
+def split_k_attention(q, k, v, num_splits: int, scale=None, mask=None):
     """softmax(q k^T * scale) v with the keys cut into ``num_splits`` chunks, all chunks in one batched call.
 
-    q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv); hide_mask bool (True = hide) broadcastable to (..., Sq, Sk).
+    q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv); mask bool (True = hide) broadcastable to (..., Sq, Sk).
     The chunks have ceil(Sk / num_splits) keys (the last one fewer: its padding is hidden). The split axis becomes
     a batch axis of ``online_softmax_attention``, as each split is one thread block on a GPU; the partials are
     then merged by ``merge_partials``. Returns (out (..., Sq, dv) in q's dtype, lse (..., Sq)); partials are kept
@@ -65,7 +65,7 @@ def split_k_attention(q, k, v, num_splits: int, scale=None, hide_mask=None):
     chunk = -(-num_keys // num_splits)  # ceil
     num_splits = -(-num_keys // chunk)  # e.g. 10 keys in 4 splits of 3: 3, 3, 3, 1 (never an empty split)
     pad = num_splits * chunk - num_keys
-    hide = torch.zeros(num_queries, num_keys, dtype=torch.bool, device=q.device) if hide_mask is None else hide_mask
+    hide = torch.zeros(num_queries, num_keys, dtype=torch.bool, device=q.device) if mask is None else mask
     hide = hide.expand(*q.shape[:-2], num_queries, num_keys)
     if pad:  # the last chunk's missing keys: zeros, hidden
         k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
@@ -75,7 +75,7 @@ def split_k_attention(q, k, v, num_splits: int, scale=None, hide_mask=None):
     v_split = v.reshape(*lead, num_splits, chunk, v.shape[-1]).to(acc_dtype)
     hide_split = hide.reshape(*lead, num_queries, num_splits, chunk).movedim(-2, -3)  # (..., S, Sq, chunk)
     q_split = q.to(acc_dtype).unsqueeze(-3).expand(*lead, num_splits, num_queries, q.shape[-1])  # a view
-    outs, lses = online_softmax_attention(q_split, k_split, v_split, block_size=chunk, hide_mask=hide_split,
+    outs, lses = online_softmax_attention(q_split, k_split, v_split, block_size=chunk, mask=hide_split,
                                           scale=scale)  # (..., S, Sq, dv), (..., S, Sq)
     out, lse = merge_partials(outs.movedim(-3, 0), lses.movedim(-2, 0))
     return out.to(q.dtype), lse
