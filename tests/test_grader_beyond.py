@@ -9,11 +9,12 @@ import torch
 import course_utils as cu
 from course_utils.grade import check, grade_class, specs, specs_beyond
 from course_utils.grade.diagnose import compare, verdict
+from course_utils.grade.exercises import EXERCISES, get
 from course_utils.grade.protocol import Graded, run_in_process
 from tests.grader_cases.beyond import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FUNCTION
 from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT, mutate
 
-BEYOND = specs_beyond.EXERCISES
+BEYOND = ("rope", "online_softmax", "mla")
 
 
 def load(src, name):
@@ -24,14 +25,16 @@ def load(src, name):
 
 
 def grade(exercise, src):
-    return grade_class(exercise, load(src, specs.CONTRACT_CLASS[exercise]))
+    return grade_class(exercise, load(src, get(exercise).contract))
 
 
-def test_registered_in_specs():
-    assert set(BEYOND) <= set(specs.EXERCISES) and specs.FUNCTION_EXERCISES == {"online_softmax"}
+def test_registered():
+    assert set(BEYOND) <= set(EXERCISES) and {ex.id for ex in EXERCISES.values() if ex.kind == "function"} == {
+        "online_softmax"}
+    correct = {"rope": specs_beyond.RopeVariant(), "online_softmax": specs_beyond.OnlineVariant(),
+               "mla": specs_beyond.MlaVariant()}
     for ex in BEYOND:
-        assert specs.CONTRACT_CLASS[ex] == specs_beyond.CONTRACT_CLASS[ex]
-        assert specs.make_cases(ex) and specs.correct_variant(ex) == specs_beyond.correct_variant(ex)
+        assert get(ex).make_cases() and get(ex).correct == correct[ex]
 
 
 @pytest.mark.parametrize("exercise", BEYOND)
@@ -50,10 +53,10 @@ def test_alternative_correct_implementations_pass(exercise, alt):
 @pytest.mark.parametrize("exercise", BEYOND)
 @pytest.mark.parametrize("stub", ["forward", "init"])
 def test_stub_is_not_implemented(exercise, stub):
-    if exercise in specs.FUNCTION_EXERCISES:
+    if get(exercise).kind == "function":
         src = STUB_FUNCTION
     else:
-        src = (STUB_FORWARD if stub == "forward" else STUB_INIT).format(name=specs.CONTRACT_CLASS[exercise])
+        src = (STUB_FORWARD if stub == "forward" else STUB_INIT).format(name=get(exercise).contract)
     result = grade(exercise, src)
     assert not result and result.diagnosis == "not_implemented", result.report()
     assert "not implemented yet" in result.summary and "Traceback" not in result.report()
@@ -69,15 +72,15 @@ def _mutant_source(exercise, edits):
 def test_mutant_gets_its_diagnosis(exercise, key, edits):
     result = grade(exercise, _mutant_source(exercise, edits))
     assert not result and result.diagnosis == key, result.report()
-    assert any(m.message in result.report() for m in specs.mutants(exercise) if m.key == key)
+    assert any(m.message in result.report() for m in get(exercise).mutants() if m.key == key)
 
 
 def test_catalogue_sizes():
     for ex in BEYOND:
         assert len({k for k, _ in MUTANTS[ex]}) >= 4, ex  # learner-style mutants, each a different mistake
-        assert len({m.key for m in specs.mutants(ex)}) >= 5, ex
+        assert len({m.key for m in get(ex).mutants()}) >= 5, ex
     # the mistakes the issue asks for are all named
-    keys = {ex: {m.key for m in specs.mutants(ex)} for ex in BEYOND}
+    keys = {ex: {m.key for m in get(ex).mutants()} for ex in BEYOND}
     assert {"rope_on_values", "rope_positions_restart", "rope_interleaved_pairs", "rope_freq_d_model",
             "rope_after_cache"} <= keys["rope"]
     assert {"max_not_updated", "output_not_rescaled", "sum_not_rescaled", "causal_blocks_skipped_wrongly",
@@ -88,10 +91,10 @@ def test_catalogue_sizes():
 @pytest.mark.parametrize("exercise", BEYOND)
 def test_mutants_are_distinguishable(exercise):
     """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
-    cases = specs.make_cases(exercise)
+    cases = get(exercise).make_cases()
 
     def outs(v):
-        return [specs.cached_outputs(exercise, c, v) for c in cases]
+        return [specs.cached_outputs(get(exercise).expected, c, v) for c in cases]
 
     def same(a, b):
         for x, y in zip(a, b):
@@ -102,9 +105,9 @@ def test_mutants_are_distinguishable(exercise):
                 return False
         return True
 
-    ref = outs(specs.correct_variant(exercise))
+    ref = outs(get(exercise).correct)
     assert not any(isinstance(r, Exception) for r in ref)
-    found = specs.mutants(exercise)
+    found = get(exercise).mutants()
     for i, m in enumerate(found):
         assert not same(outs(m.variant), ref), m
         for earlier in found[:i]:
@@ -114,12 +117,12 @@ def test_mutants_are_distinguishable(exercise):
 # ---------------------------------------------------------------- the grader's reference vs course_utils
 
 def test_rope_reference_equals_course_utils():
-    for case in specs.make_cases("rope"):
+    for case in get("rope").make_cases():
         c = case.ctor
         m = cu.GroupedQueryAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
                                      c["num_heads"], c["qkv_bias"], rope=True, rope_base=c["rope_base"]).eval()
         m.load_state_dict(case.params, strict=False)  # parameters only; the mask buffer is the module's own
-        expected = specs.expected_outputs("rope", case)
+        expected = get("rope").expected(case, get("rope").correct)
         cache = m.make_cache(case.x.shape[0])
         with torch.no_grad():
             for i, call in enumerate(case.calls):
@@ -132,22 +135,22 @@ def test_rope_reference_equals_course_utils():
 
 
 def test_online_softmax_reference_equals_course_utils():
-    for case in specs.make_cases("online_softmax"):
+    for case in get("online_softmax").make_cases():
         q, k, v, block_size, causal = case.calls[0].args
         out, lse = cu.online_softmax_attention(q, k, v, block_size=block_size, causal=causal)
-        expected = specs.expected_outputs("online_softmax", case)
+        expected = get("online_softmax").expected(case, get("online_softmax").correct)
         torch.testing.assert_close(expected["step1.out"], out, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(expected["step1.lse"], lse, rtol=1e-4, atol=1e-5)
         assert expected.get("step1.tiled", torch.tensor(1.0)) == 1.0
 
 
 def test_mla_reference_equals_course_utils():
-    for case in specs.make_cases("mla"):
+    for case in get("mla").make_cases():
         c = case.ctor
         m = cu.MultiHeadLatentAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
                                         c["kv_latent_dim"], c["rope_dim"]).eval()
         m.load_state_dict(case.params, strict=False)
-        expected = specs.expected_outputs("mla", case)
+        expected = get("mla").expected(case, get("mla").correct)
         cache = m.make_cache(case.x.shape[0])
         with torch.no_grad():
             for i, call in enumerate(case.calls):
@@ -172,7 +175,7 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
 def test_a_missing_tile_check_is_named_not_a_crash():
     """A submission that materialises the scores and is otherwise right: the scores_materialised diagnosis,
     with 'tiled' checked only on cases large enough to tell."""
-    cases = specs.make_cases("online_softmax")
+    cases = get("online_softmax").make_cases()
     assert [c.meta["tile_bound"] is not None for c in cases] == [False, True, True, False]
     result = grade("online_softmax", mutate(REFERENCE["online_softmax"], dict(MUTANTS["online_softmax"])["scores_materialised"]))
     assert result.diagnosis == "scores_materialised" and result.checks_passed == 3  # 2 of 4 cases + determinism

@@ -11,15 +11,18 @@ The loss and the accuracy count only the predictable targets: the second copy af
 """
 from __future__ import annotations
 
+import argparse
 import math
+import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .gpt import GPT, GPTConfig
+from .gpt import GPT, GPTConfig, pool_kv_heads
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 VOCAB_SIZE, SEQ_LEN, MIN_LENGTH = 64, 32, 4
@@ -270,7 +273,6 @@ class ProgressBar:
     """A plain-text progress bar: redrawn in place on a terminal, a line every 10% otherwise (logs, CI)."""
 
     def __init__(self, label: str, total: int, stream=None, width: int = 30):
-        import sys
         self.label, self.total, self.width = label, total, width
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()
@@ -318,12 +320,6 @@ def plot_history(histories: dict, path=None):
 
 def main(argv=None) -> int:
     """``make train``: train the MHA model, pool and uptrain GQA and MQA, save checkpoints and the figure."""
-    import argparse
-    import os
-    from dataclasses import asdict, replace
-
-    from .gpt import pool_kv_heads
-
     parser = argparse.ArgumentParser(prog="python -m course_utils.capstone", description=main.__doc__)
     parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR, help="folder for the checkpoints and figure")
     parser.add_argument("--steps", type=int, default=MHA_TRAINING.steps, help="MHA training steps")

@@ -12,12 +12,13 @@ which is Chinese in the notebooks of the ``zh-CN`` folders: see ``course_utils.l
 """
 from __future__ import annotations
 
-from . import specs, specs_capstone
-from .diagnose import Result, total_checks, verdict
+from .diagnose import total_checks, verdict
+from .exercises import EXERCISES, get
 from .messages import Msg
 from .protocol import Graded, class_delegation, run_in_process
 from .questions import answer, check_answers
-from .specs import EXERCISES
+from .specs import NOT_IMPLEMENTED
+from .types import Result, new_seed
 
 __all__ = ["EXERCISES", "Result", "answer", "check", "check_answers", "grade_class"]
 
@@ -25,16 +26,14 @@ __all__ = ["EXERCISES", "Result", "answer", "check", "check_answers", "grade_cla
 def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None,
                 seed: int | None = None) -> Result:
     """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
-    if exercise not in EXERCISES:
-        raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+    ex = get(exercise)
     graded = Graded(exercise, seed)
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        kind = "function" if exercise in specs.FUNCTION_EXERCISES else "class"
-        return Result(exercise, False, 0.0, 0, total_checks(graded.cases), specs.NOT_IMPLEMENTED,
-                      [Msg("not_implemented.define_" + kind, name=specs.CONTRACT_CLASS[exercise])])
+        return Result(exercise, False, 0.0, 0, total_checks(graded.cases), NOT_IMPLEMENTED,
+                      [Msg("not_implemented.define_" + ex.kind, name=ex.contract)])
     refusals = list(refusals or [])
     reason = class_delegation(cls, exercise)
-    if reason and ("course_utils" in reason or exercise in specs.INTERVIEW):
+    if reason and ("course_utils" in reason or ex.interview):
         refusals.append(reason)
     records = [] if refusals else run_in_process(cls, graded, learner_files)
     return verdict(exercise, records, graded.cases, refusals, assumed=graded.assumed)
@@ -43,8 +42,9 @@ def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: 
 def check(exercise: str, cls, *, quiet: bool = False, lang: str | None = None) -> Result:
     """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result.
     ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
-    if exercise in specs_capstone.EXERCISES:  # capstone hook: a function exercise (cls is the function)
-        result = specs_capstone.grade_function(exercise, cls, seed=specs.new_seed())
+    ex = get(exercise)
+    if ex.kind == "model":  # the capstone: a function graded on trained models (cls is the function)
+        result = ex.model.grade_function(exercise, cls, seed=new_seed())
     else:
         result = grade_class(exercise, cls)
     if not quiet:

@@ -12,11 +12,10 @@ import json
 import sys
 
 from ..lang import LANGUAGES, current_language, normalize_language
-from . import runner
+from . import jail, runner
+from .batch import grade_folder
+from .exercises import IDS
 from .messages import Msg, text
-from . import jail
-from .specs import EXERCISES
-from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone
 
 
 def _language(value: str) -> str:
@@ -29,7 +28,7 @@ def _language(value: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.grade", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", help="a .py file or an exercise notebook (.ipynb)")
-    parser.add_argument("--exercise", choices=EXERCISES + MODEL_EXERCISES, help="grade only this exercise")
+    parser.add_argument("--exercise", choices=IDS, help="grade only this exercise")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--batch", metavar="DIR", help="grade every submission in DIR, each in its own sandbox")
     parser.add_argument("--out", default="grades", help="where --batch writes grades.csv and feedback/")
@@ -50,7 +49,6 @@ def main(argv=None) -> int:
         if no_sandbox and not args.trust_submissions:
             print(Msg("cli.refuse_batch", why=no_sandbox).render(lang), file=sys.stderr)
             return 2
-        from .batch import grade_folder
         try:
             graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
                                                           exercises=exercises, trusted=args.trust_submissions,

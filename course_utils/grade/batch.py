@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .diagnose import failure
+from .exercises import IDS as EXERCISES
 from .messages import Msg, joined, resolve, text
 from .runner import SubmissionReport, grade_file
-from .specs import EXERCISES
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 

@@ -2,66 +2,15 @@
 against the catalogue of mutants run on the same parameters and inputs (and, failing that, pairs of them)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import torch
 
 from . import specs
-from .messages import Msg, case_title, resolve, text
+from .exercises import get
+from .messages import Msg, case_title
+from .registry import Exercise
+from .types import Case, Result
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-@dataclass
-class Result:
-    """A grading result; truthy when every check passed."""
-    exercise: str
-    passed: bool
-    score: float
-    checks_passed: int
-    checks_total: int
-    diagnosis: str | None = None   # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
-    messages: list = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
-    assumed: str | None = None     # interview mode: the dialect and mask convention the grader assumed
-
-    def __bool__(self):
-        return self.passed
-
-    @property
-    def summary(self) -> str:
-        """The first line of the report, in the course's current language (``headline(lang)`` for another)."""
-        return self.headline()
-
-    def headline(self, lang: str | None = None) -> str:
-        if self.passed:
-            return Msg("result.passed", exercise=self.exercise, total=self.checks_total).render(lang)
-        first = self.messages[0] if self.messages else Msg("result.no_reason")
-        return Msg("result.failed", exercise=self.exercise, passed=self.checks_passed, total=self.checks_total,
-                   first=first).render(lang)
-
-    def report(self, lang: str | None = None) -> str:
-        """The pass line, or the diagnosis and its details: in ``lang`` ('en' or 'zh'; default: the course's
-        current language, see course_utils.lang)."""
-        lang = resolve(lang)
-        lines = [self.headline(lang)] + [f"   {text(m, lang)}" for m in self.messages[1:]]
-        if self.assumed:
-            lines.append("   " + Msg("result.assumed", assumed=self.assumed).render(lang))
-        return "\n".join(lines)
-
-    def __str__(self):
-        return self.report()
-
-    def _repr_pretty_(self, p, cycle):  # IPython shows the summary, not a dataclass dump
-        p.text(self.report())
-
-    def to_dict(self, lang: str | None = None) -> dict:
-        """The fields as plain data, the texts in ``lang`` (default: the course's current language); the exercise
-        and the diagnosis stay identifiers, the same in every language."""
-        lang = resolve(lang)
-        out = asdict(self)
-        out.update(exercise=str(self.exercise), messages=[text(m, lang) for m in self.messages],
-                   assumed=text(self.assumed, lang))
-        return out
 
 
 def _close(a, b, lenient_nan=False, tol=(RTOL, ATOL)) -> bool:
@@ -130,9 +79,9 @@ def _error_matches(err, exp) -> bool:
             and err.get("step", 1) == getattr(exp, "step", 1))
 
 
-def _matches(exercise, cases, records, mutant) -> bool:
+def _matches(ex: Exercise, cases, records, mutant) -> bool:
     for case, rec in zip(cases, records):
-        exp = specs.cached_outputs(exercise, case, mutant.variant)
+        exp = specs.cached_outputs(ex.expected, case, mutant.variant)
         if isinstance(exp, Exception):  # a mutant that crashes matches a learner that crashes there
             if not _error_matches(rec["error"], exp):
                 return False
@@ -158,7 +107,7 @@ def _error_line(err: dict) -> Msg:
 # dropout in training mode
 
 
-def dropout_problem(case: specs.Case, outputs: dict):
+def dropout_problem(case: Case, outputs: dict):
     """None when the training-mode call applied dropout to the attention weights, else (key, message).
 
     In a training case each element of a head's context vector is one attention weight (one-hot inputs and
@@ -222,9 +171,9 @@ def _nondeterministic(records) -> bool:
     return False
 
 
-def _refusals(exercise, records, refusals):
+def _refusals(ex: Exercise, records, refusals):
     refusals = list(refusals or [])
-    interview = exercise in specs.INTERVIEW
+    interview = ex.interview
     for rec in records:
         for call in rec.get("calls", []):
             if call.startswith("course_utils"):
@@ -242,9 +191,10 @@ def verdict(exercise: str, records: list, cases: list, refusals: list | None = N
 
 
 def _verdict(exercise, records, cases, refusals):
+    ex = get(exercise)
     total = total_checks(cases)
-    refusals = _refusals(exercise, records, refusals)
-    interview = exercise in specs.INTERVIEW
+    refusals = _refusals(ex, records, refusals)
+    interview = ex.interview
     if refusals:
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"
         return Result(exercise, False, 0.0, 0, total, key, [Msg("refused." + key, first=refusals[0])] + refusals[1:])
@@ -255,7 +205,7 @@ def _verdict(exercise, records, cases, refusals):
         if rec["error"] is not None:
             reasons.append((case.name, _error_line(rec["error"])))
             continue
-        why = compare(rec["outputs"], specs.cached_outputs(exercise, case, specs.correct_variant(exercise)), single,
+        why = compare(rec["outputs"], specs.cached_outputs(ex.expected, case, ex.correct), single,
                       tol=case.meta.get("tol", (RTOL, ATOL)))
         if why is None and case.kind == "train":
             dropout = dropout_problem(case, rec["outputs"])
@@ -279,13 +229,13 @@ def _verdict(exercise, records, cases, refusals):
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         return Result(exercise, False, 0.0, 0, total, specs.NOT_IMPLEMENTED,
-                      [Msg("not_implemented.write", name=specs.CONTRACT_CLASS[exercise])])
+                      [Msg("not_implemented.write", name=ex.contract)])
     if nondeterministic:
         return result(*specs.DROPOUT_EVAL)
     if dropout and len(reasons) == 1:
         return result(*dropout)
-    for mutant in specs.mutants(exercise):
-        if _matches(exercise, cases, records, mutant):
+    for mutant in ex.mutants():
+        if _matches(ex, cases, records, mutant):
             return result(mutant.key, mutant.message)
     if any(e["where"] == "forward" and "numpy" in e["message"] for e in errors):
         return result(*specs.M_LEAVES_AUTOGRAD)
@@ -293,8 +243,8 @@ def _verdict(exercise, records, cases, refusals):
         return result("contract", _error_line(errors[0]))
     if errors:
         return result("exception", _error_line(errors[0]))
-    for mutant in specs.mutant_pairs(exercise):
-        if _matches(exercise, cases, records, mutant):
+    for mutant in specs.mutant_pairs(ex.mutants(), ex.correct):
+        if _matches(ex, cases, records, mutant):
             return result(mutant.key, mutant.message)
     if any("shape" in why for _, why in reasons):
         return result("wrong_shape", Msg("wrong_shape", why=next(w for _, w in reasons if "shape" in w)))
@@ -303,7 +253,7 @@ def _verdict(exercise, records, cases, refusals):
 
 def failure(exercise: str, key: str, message: str) -> Result:
     """A result for a submission that could not be run at all (syntax error, timeout, missing class...)."""
-    from . import specs_capstone  # the capstone's function exercise counts its checks itself
-    if exercise in specs_capstone.EXERCISES:
-        return specs_capstone.failure(exercise, key, message)
-    return Result(exercise, False, 0.0, 0, total_checks(specs.make_cases(exercise, seed=0)), key, [message])
+    ex = get(exercise)
+    if ex.kind == "model":  # graded on models: it counts its checks itself
+        return ex.model.failure(exercise, key, message)
+    return Result(exercise, False, 0.0, 0, total_checks(ex.make_cases(seed=0)), key, [message])

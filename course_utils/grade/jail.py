@@ -4,10 +4,12 @@ everything it starts dies with it, an unprivileged user, limits on memory, proce
 or, where no sandbox exists and the instructor said the submissions are trusted, a plain child process.
 
 The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
-course's reference code is mounted in the sandbox: only the harness and the learner-side course_utils.
+course's reference code is mounted in the sandbox: only ``sandbox/`` and the learner-side course_utils
+(``build_lib``). This module is the parent's side: it builds that tree and starts, limits and ends the child.
 """
 from __future__ import annotations
 
+import ast
 import os
 import resource
 import shutil
@@ -27,26 +29,26 @@ MAX_RESULT = 64 << 20      # bytes read back from the result pipe
 STDERR_TAIL = 4096         # bytes of stderr kept
 SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a user
 
-_HERE = Path(__file__).resolve().parent / "sandbox"  # what is mounted at /grader
-_COURSE = _HERE.parents[1]
-_LEARNER_MODULES = ("data.py", "device.py", "lang.py", "reference/sizes.py", "viz.py", "viz_zh.py")  # what a submission may use
+_SANDBOX = Path(__file__).resolve().parent / "sandbox"  # mounted as it is, at /grader
+_COURSE = _SANDBOX.parents[1]
+# The answer boundary is a folder boundary. A submission's course_utils is the learner site's (its __init__ and
+# a check() that only records) with every top-level module of course_utils beside it: the book's data, the device
+# helpers, the figures; none implements an exercise. The subpackages are never mounted: grade/ (the verdict),
+# reference/ (the answers), capstone/ (the course's GPT, built from the answers). The capstone's exercise (find the
+# induction head in a trained GPT) needs the model to run: reference/ and capstone/ are mounted only in a sandbox
+# that grades that exercise alone, so that no other exercise is ever graded with its answer importable; the
+# course's own head scoring is withheld there.
+_MODEL_PACKAGES = ("reference", "capstone")
+_WITHHELD = {"capstone/induction.py": ("head_scores",)}
+_NOT_MOUNTED = shutil.ignore_patterns("__pycache__", "*.png")
 
 
 class SandboxUnavailable(Exception):
     """No sandbox can be made on this machine (no bubblewrap, or the kernel refuses its namespaces)."""
 
 
-# what the capstone's exercise (find the induction head in a trained GPT) needs to run the model: the course's
-# attention modules. They are mounted only in a sandbox that grades that exercise alone, so that no other
-# exercise is ever graded with its answer importable; the course's own head scoring is left out of it.
-_MODEL_MODULES = ("reference/_checks.py", "reference/attention.py", "reference/masks.py", "reference/kv_cache.py",
-                  "reference/rotary.py", "reference/multihead.py", "reference/interop.py", "capstone/gpt.py")
-_WITHHELD = {"capstone/induction.py": ("head_scores",)}
-
-
 def _without(source: str, names) -> str:
     """``source`` with the bodies of the top-level functions ``names`` replaced by a refusal."""
-    import ast
     lines = source.splitlines(True)
     for node in sorted((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names),
                        key=lambda n: n.lineno, reverse=True):
@@ -58,27 +60,21 @@ def _without(source: str, names) -> str:
 
 
 def build_lib(dest: Path, with_model: bool = False) -> Path:
-    """The read-only tree mounted at /grader: the harness and the learner-side course_utils (with the course's
-    GPT and the induction task when ``with_model``)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("harness.py", "dialects.py", "texts.py"):
-        shutil.copy(_HERE / name, dest / name)
+    """The read-only tree mounted at /grader: the files of ``sandbox/`` (the harness and its texts), the learner
+    site's course_utils with the top-level modules of course_utils (and its reference/ and capstone/ folders
+    when ``with_model``)."""
+    shutil.copytree(_SANDBOX, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "learner_site"))
     site = dest / "course_utils"
-    shutil.copytree(_HERE / "learner_site" / "course_utils", site, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for name in _LEARNER_MODULES:
-        shutil.copy(_COURSE / name, site / Path(name).name)
+    shutil.copytree(_SANDBOX / "learner_site" / "course_utils", site, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
+    for module in _COURSE.glob("*.py"):
+        if module.name != "__init__.py":  # the learner site's __init__ stands in for the course's
+            shutil.copy(module, site / module.name)
     if with_model:
-        for package in ("reference", "capstone"):
-            (site / package).mkdir()
-            (site / package / "__init__.py").write_text("")
-        for name in _MODEL_MODULES:
-            shutil.copy(_COURSE / name, site / name)
+        for package in _MODEL_PACKAGES:
+            shutil.copytree(_COURSE / package, site / package, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
         for name, withheld in _WITHHELD.items():
             (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld),
                                      encoding="utf-8")
-        shutil.copytree(_COURSE / "capstone" / "checkpoints", site / "capstone" / "checkpoints", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("*.png"))
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest

@@ -7,22 +7,16 @@ compares them with the reference computed here.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 from torch import nn
 
-from .messages import Msg, from_child, joined
+from .exercises import get
+from .messages import Msg, joined
+from .records import CallRecorder, with_texts
 from .sandbox import dialects, harness
-from .specs import (CONTRACT_ARGS, CONTRACT_CLASS, FUNCTION_EXERCISES, INTERVIEW, Case, make_cases, make_square_cases,
-                    without_biases)
+from .specs import without_biases
+from .types import Case
 
-_COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# course_utils modules whose use counts as delegating to the reference (data, device, viz, sizes are fine)
-_REFERENCE_FILES = {os.path.join(_COURSE_DIR, "reference", f) for f in
-                    ("attention.py", "multihead.py", "kv_cache.py", "masks.py", "interop.py", "rotary.py",
-                     "online_softmax.py", "mla.py")}
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
 
 
@@ -41,9 +35,10 @@ def plan_case(case: Case) -> dict:
 def plan(exercise: str, cases: list, square: list | None = None) -> dict:
     """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
     mode also sends ``square`` cases, for a class written in another dialect than the book's."""
-    function = exercise in FUNCTION_EXERCISES
-    out = {"class": CONTRACT_CLASS[exercise], "trace": exercise in INTERVIEW, "function": function,
-           "ctor_args": [[] if function else [c.ctor[a] for a in CONTRACT_ARGS[exercise]] for c in cases],
+    ex = get(exercise)
+    function = ex.kind == "function"
+    out = {"class": ex.contract, "trace": ex.interview, "function": function,
+           "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
            "cases": [plan_case(c) for c in cases]}
     if square is not None:
         out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square])
@@ -55,8 +50,9 @@ class Graded:
 
     def __init__(self, exercise: str, seed: int | None = None):
         self.exercise = exercise
-        self.cases = make_cases(exercise, seed)
-        self.square = make_square_cases(exercise, seed) if exercise in INTERVIEW else None
+        ex = get(exercise)
+        self.cases = ex.make_cases(seed)
+        self.square = ex.make_square_cases(seed) if ex.interview else None
         self.assumed = None
 
     def plan(self) -> dict:
@@ -121,14 +117,6 @@ def _expected_names(case: Case, params: list) -> set:
     return names
 
 
-def with_texts(clean: dict, raw: dict) -> dict:
-    """``clean``'s message and line as texts the grader can render in the learner's language, from the said forms
-    the child sent beside them (``raw``); where those are missing or do not say the same, the English stays."""
-    clean["message"] = from_child(raw.get("said"), clean["message"])
-    clean["line"] = from_child(raw.get("line_said"), clean["line"])
-    return clean
-
-
 def _clean_error(err) -> dict | None:
     if err is None:
         return None
@@ -186,30 +174,6 @@ def validate(records, cases: list) -> list:
 
 # ------------------------------------------------------------------------------------------------------
 # in-process (the notebooks' check): the learner's own kernel, nothing to isolate
-
-
-class CallRecorder:
-    """Records calls into course_utils' reference code while active (in-process grading only)."""
-
-    def __init__(self):
-        self.calls: set[str] = set()
-
-    def _profile(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename in _REFERENCE_FILES:
-            code = frame.f_code
-            self.calls.add(f"course_utils.{os.path.basename(code.co_filename)[:-3]}.{code.co_name}")
-
-    def __enter__(self):
-        self._old = sys.getprofile()
-        sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            sys.setprofile(self._old)
-        except TypeError:  # a C-level profiler (cProfile) cannot be restored from Python
-            sys.setprofile(None)
-        return False
 
 
 def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> list:

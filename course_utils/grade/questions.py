@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .diagnose import Result
 from .messages import Msg, joined
+from .types import Result
 
 LLAMA2_7B = Msg("q.llama2_7b")  # Llama-2-7B (32 layers, 32 heads, 32 KV heads, head_dim 128)
 

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import torch
 
-from . import protocol, source, specs, specs_capstone
+from . import protocol, source
 from .diagnose import failure, verdict
+from .exercises import get
 from .messages import Msg, from_child, resolve, text
 from .questions import QUESTIONS, grade_answer
 from . import jail
+from .types import new_seed
 
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = 120.0
@@ -123,10 +125,8 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     of its own, the only one where the course's GPT (and so its attention modules) can be imported."""
     path = Path(path)
     report = SubmissionReport(str(path))
-    known = specs.EXERCISES + specs_capstone.EXERCISES
     for ex in exercises or []:
-        if ex not in known:
-            raise ValueError(f"unknown exercise {ex!r}; known: {', '.join(known)}")
+        get(ex)  # a clear error for an unknown exercise
     try:
         cells = source.read_cells(path)
     except source.SubmissionError as exc:
@@ -149,7 +149,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
 
     imports = [said("refusal.imports", c, imp) for c in prepared for imp in source.course_imports(c["source"])]
     forbidden = [said("refusal.uses", c, v) for c in prepared for v in source.interview_violations(c["source"])]
-    models = [ex for ex in exercises if ex in specs_capstone.EXERCISES]
+    models = [ex for ex in exercises if get(ex).kind == "model"]
     exercises = [ex for ex in exercises if ex not in models]
 
     graded = {ex: protocol.Graded(ex) for ex in exercises}  # a fresh secret seed per submission
@@ -170,7 +170,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
 
 
 def _verdict(ex, data, graded, imports, forbidden, notes):
-    refusals = list(imports) + (list(forbidden) if ex in specs.INTERVIEW else [])
+    refusals = list(imports) + (list(forbidden) if get(ex).interview else [])
     if refusals:  # known from the source alone, whatever the child ran or failed to run
         return verdict(ex, [], graded.cases, refusals=refusals)
     entry = data["exercises"].get(ex)
@@ -189,30 +189,31 @@ def _verdict(ex, data, graded, imports, forbidden, notes):
 
 def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxed, report):
     """The capstone: the learner's function on trained GPTs whose heads the grader shuffled (secret seed)."""
-    seed = specs.new_seed()
-    cases = specs_capstone.make_cases(ex, seed)
+    grader = get(ex).model  # the module that grades a function on trained models
+    seed = new_seed()
+    cases = grader.make_cases(ex, seed)
     # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
     refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
     if refusals:
-        return specs_capstone.verdict(ex, [], refusals, seed)
+        return grader.verdict(ex, [], refusals, seed)
     plan = {**base, "exercises": {},
-            "models": {ex: {"function": specs_capstone.CONTRACT_FUNCTION[ex], "checkpoints": [c.state for c in cases]}}}
+            "models": {ex: {"function": get(ex).contract, "checkpoints": [c.state for c in cases]}}}
     data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True)
     if failed:
-        return specs_capstone.failure(ex, *failed, seed=seed)
+        return grader.failure(ex, *failed, seed=seed)
     if not report.notes:
         report.notes = _notes(data)
     entry = data["exercises"].get(ex)
     if not isinstance(entry, dict):
-        return specs_capstone.failure(ex, "missing", Msg("run.not_graded", exercise=ex), seed=seed)
+        return grader.failure(ex, "missing", Msg("run.not_graded", exercise=ex), seed=seed)
     if entry.get("missing") is not None:
         missing = from_child(entry.get("missing_said"), str(entry["missing"])[:300])
-        return specs_capstone.failure(ex, "missing", missing, seed=seed)
+        return grader.failure(ex, "missing", missing, seed=seed)
     try:
         records = _model_records(entry, len(cases))
     except protocol.BadResult as exc:
-        return specs_capstone.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""),
+        return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""),
                                       seed=seed)
     for rec, case in zip(records, cases):
         rec["case"] = case.name
-    return specs_capstone.verdict(ex, records, None, seed)
+    return grader.verdict(ex, records, None, seed)

@@ -7,9 +7,7 @@ import re
 from pathlib import Path
 
 from .messages import Msg
-from .specs import CONTRACT_CLASS, EXERCISES, INTERVIEW
-from .specs_capstone import CONTRACT_FUNCTION
-from .specs_capstone import EXERCISES as MODEL_EXERCISES  # the capstone: a function graded on trained models
+from .exercises import EXERCISES, IDS
 
 
 class SubmissionError(Exception):
@@ -124,7 +122,7 @@ def check_calls(source: str) -> list[tuple[str, str | None]]:
 def exercise_from_grade_id(grade_id) -> str | None:
     if not grade_id:
         return None
-    for ex in sorted(EXERCISES + MODEL_EXERCISES, key=len, reverse=True):  # mha_interview before mha
+    for ex in sorted(IDS, key=len, reverse=True):  # mha_interview before mha
         if str(grade_id).startswith(ex):
             return ex
     return None
@@ -137,7 +135,7 @@ def find_exercises(cells: list[dict]) -> list[str]:
         ex = exercise_from_grade_id(cell["grade_id"])
         if ex:
             found.append(ex)
-        found += [ex for ex, _ in check_calls(cell["source"]) if ex in EXERCISES + MODEL_EXERCISES]
+        found += [ex for ex, _ in check_calls(cell["source"]) if ex in EXERCISES]
     if not found:
         defined, functions = set(), set()
         for cell in cells:
@@ -148,8 +146,8 @@ def find_exercises(cells: list[dict]) -> list[str]:
             else:  # a syntax error: still find the exercise, so that the report can name the error
                 defined |= set(re.findall(r"^class\s+(\w+)", cell["source"], re.M))
                 functions |= set(re.findall(r"^def\s+(\w+)", cell["source"], re.M))
-        found = [ex for ex in EXERCISES if ex not in INTERVIEW and CONTRACT_CLASS[ex] in defined]
-        found += [ex for ex in MODEL_EXERCISES if CONTRACT_FUNCTION[ex] in functions]
+        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview and ex.contract in defined]
+        found += [ex.id for ex in EXERCISES.values() if ex.kind == "model" and ex.contract in functions]
     return list(dict.fromkeys(found))
 
 

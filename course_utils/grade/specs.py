@@ -1,4 +1,5 @@
-"""The exercises: contracts, the grader's cases, and one parameterized reference forward with its mutants.
+"""Exercises 01-07: the building blocks of their cases, one parameterized reference forward, and its mutants.
+Each exercise declares its own cases, mutants and contract in ``grade/exercises/``.
 
 Every known misconception is a ``Variant`` of the same functional forward (one home for the logic);
 the grader runs the learner's module and each variant on the same parameters and inputs, and names
@@ -7,36 +8,17 @@ the variant whose outputs the learner's reproduce.
 from __future__ import annotations
 
 import math
-import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from .messages import Msg
+from .types import Call, Case, Mutant, NoGradient
 
-EXERCISES = ("self_attention", "causal", "wrapper", "mha", "mha_interview", "kv_cache", "gqa")
-
-# the learner-defined class each exercise looks up, and its constructor arguments (in order)
-CONTRACT_CLASS = {
-    "self_attention": "SelfAttention_v2",
-    "causal": "CausalAttention",
-    "wrapper": "MultiHeadAttentionWrapper",
-    "mha": "MultiHeadAttention",
-    "mha_interview": "MultiHeadAttention",
-    "kv_cache": "CachedMultiHeadAttention",
-    "gqa": "GroupedQueryAttention",
-}
-CONTRACT_ARGS = {
-    "self_attention": ("d_in", "d_out", "qkv_bias"),
-    "causal": ("d_in", "d_out", "context_length", "dropout", "qkv_bias"),
-    "wrapper": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
-    "mha": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
-    "mha_interview": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
-    "kv_cache": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
-    "gqa": ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_groups", "qkv_bias"),
-}
-INTERVIEW = {"mha_interview"}
+# the shapes of computation the exercises 01-07 declare (grade/exercises/): one head (self-attention, causal), the
+# wrapper's separate heads, weight-split heads (MHA, GQA, interview mode), weight-split heads with a KV cache
+FORMS = ("single_head", "wrapper", "heads", "cached")
 
 
 @dataclass(frozen=True)
@@ -57,50 +39,6 @@ class Variant:
     cache: str = "ok"           # ok | only_new | not_updated | wrong_axis | own_state
     wrapper: str = "ok"         # ok | shared | sum | cat_tokens
     grad: str = "ok"            # ok | detach_kv | detach_weights | no_grad
-
-
-@dataclass(frozen=True)
-class Mutant:
-    key: str
-    message: str
-    variant: Variant
-    outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
-
-
-@dataclass
-class Call:
-    """One call of the learner's module. ``past``: None, the index of an earlier call whose ``present`` is
-    passed back, or "given" (the case's own past, which the module never produced)."""
-    x: torch.Tensor
-    train: bool = False
-    seed: int = 0
-    grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
-    past: int | str | None = None
-    use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
-    kwargs: dict = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
-    args: tuple | None = None         # a function exercise: fn(*args) instead of a module's forward
-    tile_bound: int | None = None     # a function exercise: the largest float tensor a tiled computation makes
-
-
-@dataclass
-class Case:
-    """One configuration: constructor arguments, parameters (by name) and the calls to make."""
-    name: str
-    ctor: dict
-    params: dict
-    calls: list
-    kind: str = "plain"          # plain | grad | train | large | cache
-    given_past: tuple | None = None
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def x(self):
-        return self.calls[0].x
-
-
-class NoGradient(Exception):
-    """The reference variant's output carries no gradient (the learner's forward ran under no_grad)."""
-    where = "backward"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,11 +104,12 @@ def _single_head(p, x, cfg, v: Variant, prefix=""):
     return _core(q, k, val, v, cfg, 0)
 
 
-def reference_forward(exercise, p, x, cfg, v: Variant = Variant(), past=None, use_cache=False):
-    """The exercise's computation on parameters ``p`` (name -> tensor); kv_cache returns (out, present)."""
-    if exercise in ("self_attention", "causal"):
+def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_cache=False):
+    """The computation of an exercise of ``form`` (its declared shape: ``FORMS``) on parameters ``p``
+    (name -> tensor); the "cached" form returns (out, present)."""
+    if form == "single_head":
         return _single_head(p, x, cfg, v)
-    if exercise == "wrapper":
+    if form == "wrapper":
         nh = cfg["num_heads"]
         heads = [_single_head(p, x, cfg, v, "heads.0." if v.wrapper == "shared" else f"heads.{i}.")
                  for i in range(nh)]
@@ -205,10 +144,10 @@ def reference_forward(exercise, p, x, cfg, v: Variant = Variant(), past=None, us
     ctx = _core(q, k_all, v_all, v, cfg, past_len)  # (B, nh, T, hd)
     ctx = ctx.reshape(b, n, -1) if v.merge == "no_transpose" else ctx.transpose(1, 2).reshape(b, n, -1)
     out = _lin(p, "out_proj", ctx) if v.out_proj else ctx
-    return (out, present) if exercise == "kv_cache" else out
+    return (out, present) if form == "cached" else out
 
 
-def _with_grad(exercise, case: Case, v: Variant, call: Call, tag: str) -> dict:
+def _with_grad(form, case: Case, v: Variant, call: Call, tag: str) -> dict:
     """Outputs of one call with gradients of the input and of every parameter, as the learner's backward
     of (out * call.grad).sum() computes them."""
     if v.grad == "no_grad":
@@ -216,7 +155,7 @@ def _with_grad(exercise, case: Case, v: Variant, call: Call, tag: str) -> dict:
     params = {k: t.detach().clone().requires_grad_(True) for k, t in case.params.items()}
     x = call.x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
-        out = reference_forward(exercise, params, x, case.ctor, v)
+        out = reference_forward(form, params, x, case.ctor, v)
         if out.shape != call.grad.shape:  # the wrong shape is what gets reported, as for the learner
             return {f"{tag}.out": out.detach()}
         (out * call.grad).sum().backward()
@@ -227,12 +166,10 @@ def _with_grad(exercise, case: Case, v: Variant, call: Call, tag: str) -> dict:
     return {f"{tag}.out": out.detach(), **grads}
 
 
-def expected_outputs(exercise, case: Case, v: Variant = Variant()):
+def expected_outputs(form, case: Case, v: Variant = Variant()):
     """Run the variant the way the learner's module is run: {name: tensor or None}; raises where the variant
     crashes (``case.meta['step']`` says at which call). Training-mode calls are checked separately
     (``dropout_problem``) and have no expected value."""
-    if exercise in _BEYOND:
-        return specs_beyond.expected_outputs(exercise, case, v)
     outs, presents, state = {}, {}, None
     for i, call in enumerate(case.calls):
         tag = f"step{i + 1}"
@@ -240,17 +177,17 @@ def expected_outputs(exercise, case: Case, v: Variant = Variant()):
         if call.train:
             continue
         if call.grad is not None:
-            outs.update(_with_grad(exercise, case, v, call, tag))
+            outs.update(_with_grad(form, case, v, call, tag))
             continue
         with torch.no_grad():
             if call.use_cache is None:
-                outs[f"{tag}.out"] = reference_forward(exercise, case.params, call.x, case.ctor, v)
+                outs[f"{tag}.out"] = reference_forward(form, case.params, call.x, case.ctor, v)
                 continue
             past = (presents[call.past] if isinstance(call.past, int) else
                     case.given_past if call.past == "given" else None)
             if v.cache == "own_state":  # the module keeps its own K/V and ignores past_key_value
                 past = state if call.past is not None else None
-            out, present = reference_forward(exercise, case.params, call.x, case.ctor, v, past=past,
+            out, present = reference_forward(form, case.params, call.x, case.ctor, v, past=past,
                                              use_cache=call.use_cache)
             if v.cache == "own_state" and call.use_cache:
                 state = present
@@ -265,7 +202,7 @@ def expected_outputs(exercise, case: Case, v: Variant = Variant()):
 # contracts and cases
 
 
-def param_shapes(exercise, cfg) -> dict:
+def param_shapes(form, cfg) -> dict:
     """name -> shape of every parameter the contract needs (nn.Linear weights are (out, in))."""
     d_in, d_out, bias = cfg["d_in"], cfg["d_out"], cfg.get("qkv_bias", False)
 
@@ -275,18 +212,18 @@ def param_shapes(exercise, cfg) -> dict:
             shapes[name + ".bias"] = (n_out,)
         return shapes
 
-    if exercise == "wrapper":
+    if form == "wrapper":
         shapes = {}
         for i in range(cfg["num_heads"]):
             for name in ("W_query", "W_key", "W_value"):
                 shapes.update(linear(f"heads.{i}.{name}", d_in, d_out, bias))
         return shapes
     kv_width = d_out
-    if exercise == "gqa":
+    if "num_kv_groups" in cfg:
         kv_width = cfg["num_kv_groups"] * (d_out // cfg["num_heads"])
     shapes = {**linear("W_query", d_in, d_out, bias), **linear("W_key", d_in, kv_width, bias),
               **linear("W_value", d_in, kv_width, bias)}
-    if exercise not in ("self_attention", "causal"):
+    if form != "single_head":
         shapes.update(linear("out_proj", d_out, d_out, True))
     return shapes
 
@@ -298,11 +235,11 @@ def random_params(shapes: dict, g) -> dict:
             for name, shape in shapes.items()}
 
 
-def _draw_params(exercise, ctor, g):
-    return random_params(param_shapes(exercise, ctor), g)
+def _draw_params(form, ctor, g):
+    return random_params(param_shapes(form, ctor), g)
 
 
-def _seed(g) -> int:
+def draw_seed(g) -> int:
     return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
 
 
@@ -316,21 +253,21 @@ def _shift_scores(params, x, g, size=400.0):
         params[name] = direction / direction.norm() * (size / typical) * math.sqrt(params[name].numel())
 
 
-def _case(exercise, name, g, x_shape, steps=None, large=False, **ctor):
+def make_case(form, name, g, x_shape, steps=None, large=False, **ctor):
     """A case with a fresh draw of parameters and input. ``steps``: kv_cache chunks
     (start, end, use_cache, pass_past) over one sequence. ``large``: scores in the hundreds (see
     ``_shift_scores``), with biases on."""
     ctor.setdefault("qkv_bias", large)
-    params = _draw_params(exercise, ctor, g)
+    params = _draw_params(form, ctor, g)
     x = torch.randn(x_shape, generator=g)
     if large:
         _shift_scores(params, x, g)
     if steps is None:
-        calls = [Call(x, seed=_seed(g), use_cache=False if exercise == "kv_cache" else None)]
+        calls = [Call(x, seed=draw_seed(g), use_cache=False if form == "cached" else None)]
     else:
         calls, last = [], None
         for i, (start, end, use_cache, pass_past) in enumerate(steps):
-            calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache))
+            calls.append(Call(x[:, start:end], seed=draw_seed(g), past=last if pass_past else None, use_cache=use_cache))
             if use_cache:
                 last = i
     # float32 scores in the hundreds carry rounding errors of ~1e-5 that fused kernels and matmul orders
@@ -339,26 +276,26 @@ def _case(exercise, name, g, x_shape, steps=None, large=False, **ctor):
     return Case(name, ctor, params, calls, kind="large" if large else "cache" if steps else "plain", meta=meta)
 
 
-def _grad_case(exercise, name, g, x_shape, **ctor):
-    case = _case(exercise, name, g, x_shape, **ctor)
-    out = reference_forward(exercise, case.params, case.x, case.ctor)
+def grad_case(form, name, g, x_shape, **ctor):
+    case = make_case(form, name, g, x_shape, **ctor)
+    out = reference_forward(form, case.params, case.x, case.ctor)
     out = out[0] if isinstance(out, tuple) else out
     case.calls[0].grad = torch.randn(out.shape, generator=g)
     case.kind = "grad"
     return case
 
 
-def _train_case(exercise, name, g, batch, tokens, **ctor):
+def train_case(form, name, g, batch, tokens, **ctor):
     """Dropout made visible: token t's input is the one-hot e_t and each head's values are the one-hot e_t
     too, so every element of a head's context vector is one attention weight; out_proj is orthogonal.
     The module is called in eval mode, then in training mode on the same input."""
     ctor.setdefault("qkv_bias", False)
-    params = _draw_params(exercise, ctor, g)
+    params = _draw_params(form, ctor, g)
     d_in, d_out = ctor["d_in"], ctor["d_out"]
     x = torch.eye(tokens, d_in).expand(batch, tokens, d_in).clone()
-    for prefix in ([f"heads.{i}." for i in range(ctor["num_heads"])] if exercise == "wrapper" else [""]):
+    for prefix in ([f"heads.{i}." for i in range(ctor["num_heads"])] if form == "wrapper" else [""]):
         w = params[prefix + "W_value.weight"]
-        hd = d_out if exercise in ("causal", "wrapper") else d_out // ctor["num_heads"]
+        hd = d_out if form in ("single_head", "wrapper") else d_out // ctor["num_heads"]
         w.zero_()
         for head in range(w.shape[0] // hd):
             w[head * hd:head * hd + tokens, :tokens] = torch.eye(tokens)
@@ -367,161 +304,32 @@ def _train_case(exercise, name, g, batch, tokens, **ctor):
     if "out_proj.weight" in params:
         params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
         params["out_proj.bias"] = torch.zeros(d_out)
-    use_cache = False if exercise == "kv_cache" else None
-    calls = [Call(x, seed=_seed(g), use_cache=use_cache), Call(x, train=True, seed=_seed(g), use_cache=use_cache)]
+    use_cache = False if form == "cached" else None
+    calls = [Call(x, seed=draw_seed(g), use_cache=use_cache), Call(x, train=True, seed=draw_seed(g), use_cache=use_cache)]
     return Case(name, ctor, params, calls, kind="train", meta={"tokens": tokens})
 
 
-def _given_past_case(exercise, name, g, batch, n_past, n_new, **ctor):
+def given_past_case(form, name, g, batch, n_past, n_new, **ctor):
     """A past the module never produced: keys and values of earlier tokens handed in directly."""
-    case = _case(exercise, name, g, (batch, n_new, ctor["d_in"]), **ctor)
+    case = make_case(form, name, g, (batch, n_new, ctor["d_in"]), **ctor)
     heads, hd = ctor["num_heads"], ctor["d_out"] // ctor["num_heads"]
     case.given_past = (torch.randn(batch, heads, n_past, hd, generator=g),
                        torch.randn(batch, heads, n_past, hd, generator=g))
-    case.calls = [Call(case.x, seed=_seed(g), past="given", use_cache=True)]
+    case.calls = [Call(case.x, seed=draw_seed(g), past="given", use_cache=True)]
     case.kind = "cache"
     return case
 
 
-def _interleaved_case(exercise, name, g, batch, **ctor):
+def interleaved_case(form, name, g, batch, **ctor):
     """Two sequences decoded in turns with their own caches: A's prompt, B's prompt, A's next chunk, B's."""
     d_in = ctor["d_in"]
     ctor.setdefault("qkv_bias", False)
-    params = _draw_params(exercise, ctor, g)
+    params = _draw_params(form, ctor, g)
     a, b = torch.randn(batch, 5, d_in, generator=g), torch.randn(batch, 5, d_in, generator=g)
-    calls = [Call(a[:, :3], seed=_seed(g), use_cache=True), Call(b[:, :2], seed=_seed(g), use_cache=True),
-             Call(a[:, 3:5], seed=_seed(g), past=0, use_cache=True), Call(b[:, 2:5], seed=_seed(g), past=1,
+    calls = [Call(a[:, :3], seed=draw_seed(g), use_cache=True), Call(b[:, :2], seed=draw_seed(g), use_cache=True),
+             Call(a[:, 3:5], seed=draw_seed(g), past=0, use_cache=True), Call(b[:, 2:5], seed=draw_seed(g), past=1,
                                                                           use_cache=True)]
     return Case(name, ctor, params, calls, kind="cache")
-
-
-def new_seed() -> int:
-    """A fresh secret seed: the learner's code cannot know the cases in advance."""
-    return secrets.randbits(62)
-
-
-def make_cases(exercise, seed: int | None = None) -> list[Case]:
-    """The exercise's cases, drawn from ``seed`` (a fresh secret one when None). The shapes are fixed and
-    chosen to expose the usual bugs: several heads, d_in < d_out and d_in > d_out, sequences shorter than
-    context_length, batch > 1, dropout > 0 in eval mode; the values are new every time."""
-    if exercise not in EXERCISES:
-        raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
-    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
-    ex = exercise
-    if ex in _BEYOND:
-        return specs_beyond.make_cases(ex, g)
-    if ex == "self_attention":
-        return [
-            _case(ex, "d_in=3 > d_out=2, batch 2, 6 tokens", g, (2, 6, 3), d_in=3, d_out=2),
-            _case(ex, "d_in=4 < d_out=6, qkv_bias, batch 3, 5 tokens", g, (3, 5, 4), d_in=4, d_out=6, qkv_bias=True),
-            _case(ex, "unbatched (5 tokens, d_in=5) input, d_out=3", g, (5, 5), d_in=5, d_out=3),
-            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4), d_in=4, d_out=3),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True, d_in=4, d_out=4),
-        ]
-    if ex == "causal":
-        return [
-            _case(ex, "d_in=3, d_out=2, 6 tokens = context_length, dropout 0.5", g, (2, 6, 3),
-                  d_in=3, d_out=2, context_length=6, dropout=0.5),
-            _case(ex, "d_in=4 < d_out=6, 5 tokens < context_length=8, batch 3", g, (3, 5, 4),
-                  d_in=4, d_out=6, context_length=8, dropout=0.1),
-            _case(ex, "d_in=6 > d_out=4, qkv_bias, 4 tokens < context_length=7", g, (2, 4, 6),
-                  d_in=6, d_out=4, context_length=7, dropout=0.0, qkv_bias=True),
-            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
-                       d_in=4, d_out=3, context_length=6, dropout=0.0),
-            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True,
-                  d_in=4, d_out=4, context_length=6, dropout=0.0),
-        ]
-    if ex == "wrapper":
-        return [
-            _case(ex, "2 heads, d_in=3, d_out=2, 6 tokens = context_length", g, (2, 6, 3),
-                  d_in=3, d_out=2, context_length=6, dropout=0.5, num_heads=2),
-            _case(ex, "3 heads, d_in=4 < d_out=5, 5 tokens < context_length=8", g, (2, 5, 4),
-                  d_in=4, d_out=5, context_length=8, dropout=0.1, num_heads=3),
-            _case(ex, "2 heads, d_in=6 > d_out=2, qkv_bias, 4 tokens < context_length=5", g, (3, 4, 6),
-                  d_in=6, d_out=2, context_length=5, dropout=0.0, num_heads=2, qkv_bias=True),
-            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 4),
-                       d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
-            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=5, d_out=5, context_length=6, dropout=0.5,
-                        num_heads=2),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 4), large=True,
-                  d_in=4, d_out=3, context_length=6, dropout=0.0, num_heads=2),
-        ]
-    if ex in ("mha", "mha_interview"):
-        return [
-            _case(ex, "3 heads, d_in=4 < d_out=12, 5 tokens < context_length=8, dropout 0.5", g, (2, 5, 4),
-                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
-            _case(ex, "2 heads, d_in=10 > d_out=6, 6 tokens = context_length, batch 3", g, (3, 6, 10),
-                  d_in=10, d_out=6, context_length=6, dropout=0.1, num_heads=2),
-            _case(ex, "4 heads, d_in=6, d_out=8, qkv_bias, 7 tokens < context_length=9", g, (2, 7, 6),
-                  d_in=6, d_out=8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=True),
-            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 6),
-                       d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=2, qkv_bias=True),
-            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
-                        num_heads=2),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
-                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
-        ]
-    if ex == "kv_cache":
-        return [
-            _case(ex, "3 heads, d_in=4 < d_out=12: chunks of 3, 2, 1 tokens with the cache, then no cache", g,
-                  (2, 7, 4), steps=[(0, 3, True, False), (3, 5, True, True), (5, 6, True, True),
-                                    (0, 7, False, False)],
-                  d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3),
-            _case(ex, "2 heads, d_in=6 > d_out=4, qkv_bias: chunks of 3, 1, 2 tokens with the cache", g,
-                  (1, 6, 6), steps=[(0, 3, True, False), (3, 4, True, True), (4, 6, True, True)],
-                  d_in=6, d_out=4, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True),
-            _case(ex, "2 heads, d_in=5, d_out=6: prompt of 2 tokens, then one token at a time", g,
-                  (2, 4, 5), steps=[(0, 2, True, False), (2, 3, True, True), (3, 4, True, True)],
-                  d_in=5, d_out=6, context_length=5, dropout=0.1, num_heads=2),
-            _given_past_case(ex, "a past_key_value the module did not produce (3 cached tokens, 2 new)", g, 2, 3, 2,
-                             d_in=5, d_out=8, context_length=8, dropout=0.0, num_heads=2),
-            _interleaved_case(ex, "two sequences decoded in turns, each with its own cache", g, 2,
-                              d_in=4, d_out=6, context_length=8, dropout=0.0, num_heads=2),
-            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5,
-                        num_heads=2),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
-                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=2),
-        ]
-    if ex == "gqa":
-        return [
-            _case(ex, "4 heads in 2 K/V groups, d_in=6 < d_out=8, 6 tokens < context_length=8", g,
-                  (2, 6, 6), d_in=6, d_out=8, context_length=8, dropout=0.5, num_heads=4, num_kv_groups=2),
-            _case(ex, "6 heads in 3 K/V groups, d_in=14 > d_out=12, 6 tokens = context_length", g,
-                  (3, 6, 14), d_in=14, d_out=12, context_length=6, dropout=0.1, num_heads=6, num_kv_groups=3),
-            _case(ex, "MQA: 4 heads, 1 K/V group, qkv_bias, 5 tokens < context_length=9", g, (2, 5, 8),
-                  d_in=8, d_out=8, context_length=9, dropout=0.0, num_heads=4, num_kv_groups=1, qkv_bias=True),
-            _case(ex, "MHA as GQA: 2 heads, 2 groups, d_in=3, d_out=4", g, (2, 4, 3),
-                  d_in=3, d_out=4, context_length=6, dropout=0.2, num_heads=2, num_kv_groups=2),
-            _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 6),
-                       d_in=6, d_out=8, context_length=7, dropout=0.0, num_heads=4, num_kv_groups=2),
-            _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=20, context_length=7, dropout=0.5,
-                        num_heads=4, num_kv_groups=2),
-            _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 6), large=True,
-                  d_in=6, d_out=8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2),
-        ]
-    raise ValueError(f"unknown exercise {exercise!r}")
-
-
-def make_square_cases(exercise, seed: int | None = None) -> list[Case]:
-    """Interview mode's cases for a class in another dialect than the book's: d_in = d_out = d_model, and
-    biases on every projection (zeroed for the projections the candidate's class has no bias on)."""
-    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
-    ex, common = exercise, {"qkv_bias": True}
-    return [
-        _case(ex, "d_model=12, 3 heads, 5 tokens, dropout 0.5", g, (2, 5, 12), d_in=12, d_out=12,
-              context_length=8, dropout=0.5, num_heads=3, **common),
-        _case(ex, "d_model=8, 2 heads, 6 tokens, batch 3", g, (3, 6, 8), d_in=8, d_out=8, context_length=6,
-              dropout=0.1, num_heads=2, **common),
-        _case(ex, "d_model=8, 4 heads, 7 tokens", g, (2, 7, 8), d_in=8, d_out=8, context_length=9, dropout=0.0,
-              num_heads=4, **common),
-        _grad_case(ex, "gradients of the parameters and the input", g, (2, 5, 8), d_in=8, d_out=8,
-                   context_length=7, dropout=0.0, num_heads=2, **common),
-        _train_case(ex, "training mode, dropout 0.5", g, 4, 5, d_in=12, d_out=12, context_length=7, dropout=0.5,
-                    num_heads=2, qkv_bias=True),
-        _case(ex, "scores in the hundreds (a large key bias)", g, (2, 5, 8), large=True, d_in=8, d_out=8,
-              context_length=6, dropout=0.0, num_heads=2, **common),
-    ]
 
 
 def without_biases(case: Case, roles) -> Case:
@@ -534,13 +342,14 @@ def without_biases(case: Case, roles) -> Case:
     return replace(case, params=params, meta={**meta, "absent": absent})
 
 
-def cached_outputs(exercise, case: Case, v: Variant):
-    """expected_outputs, memoized on the case; an exception is returned (not raised) for crashing variants."""
+def cached_outputs(expected, case: Case, v):
+    """``expected(case, v)`` (an exercise's expected outputs), memoized on the case; an exception is returned
+    (not raised) for crashing variants."""
     memo = case.meta.setdefault("expected", {})
     if v not in memo:
         case.meta["step"] = 1
         try:
-            memo[v] = expected_outputs(exercise, case, v)
+            memo[v] = expected(case, v)
         except Exception as exc:  # noqa: BLE001 - the mistake makes the reference crash too
             exc.step = case.meta["step"]
             exc.where = getattr(exc, "where", "forward")
@@ -551,8 +360,8 @@ def cached_outputs(exercise, case: Case, v: Variant):
 # ---------------------------------------------------------------------------------------------
 # the misconception catalogue: diagnosis keys (their learner-facing texts are in messages.py)
 
-_CAUSAL = Variant()
-_PLAIN = Variant(mask="none")
+CAUSAL = Variant()
+PLAIN = Variant(mask="none")
 
 
 def _mistake(key: str, text: str | None = None):
@@ -604,87 +413,50 @@ DROPOUT_EVAL = _mistake("dropout_in_eval")
 NOT_IMPLEMENTED = "not_implemented"
 
 
-def _m(pair, variant, outputs_only=False):
+def mutant(pair, variant, outputs_only=False):
     return Mutant(pair[0], pair[1], variant, outputs_only)
 
 
-def _causal_common(base: Variant):
+def causal_mutants(base: Variant):
     """Mask mistakes shared by all causal exercises (each with -inf and -1e9 fills where they differ)."""
     return [
-        _m(M_NO_MASK, replace(base, mask="none")),
-        _m(M_INVERTED, replace(base, mask="inverted")),
-        _m(M_INVERTED, replace(base, mask="inverted", fill=-1e9)),
-        _m(M_ZERO_FILL, replace(base, mask="zero_fill")),
-        _m(M_AFTER_SOFTMAX, replace(base, mask="after_softmax")),
-        _m(M_DIAGONAL, replace(base, mask="diagonal")),
-        _m(M_DIAGONAL, replace(base, mask="diagonal", fill=-1e9)),
-        _m(M_UNSLICED, replace(base, mask="unsliced")),
+        mutant(M_NO_MASK, replace(base, mask="none")),
+        mutant(M_INVERTED, replace(base, mask="inverted")),
+        mutant(M_INVERTED, replace(base, mask="inverted", fill=-1e9)),
+        mutant(M_ZERO_FILL, replace(base, mask="zero_fill")),
+        mutant(M_AFTER_SOFTMAX, replace(base, mask="after_softmax")),
+        mutant(M_DIAGONAL, replace(base, mask="diagonal")),
+        mutant(M_DIAGONAL, replace(base, mask="diagonal", fill=-1e9)),
+        mutant(M_UNSLICED, replace(base, mask="unsliced")),
     ]
 
 
-def _grad_mutants(base: Variant):
+def grad_mutants(base: Variant):
     """Mistakes only the gradients (and large scores) show: the eval-mode outputs are right."""
-    return [_m(M_NAIVE_SOFTMAX, replace(base, softmax="naive")),
-            _m(M_NO_GRAD, replace(base, grad="no_grad")),
-            _m(M_DETACH_KV, replace(base, grad="detach_kv")),
-            _m(M_DETACH_WEIGHTS, replace(base, grad="detach_weights"))]
+    return [mutant(M_NAIVE_SOFTMAX, replace(base, softmax="naive")),
+            mutant(M_NO_GRAD, replace(base, grad="no_grad")),
+            mutant(M_DETACH_KV, replace(base, grad="detach_kv")),
+            mutant(M_DETACH_WEIGHTS, replace(base, grad="detach_weights"))]
 
 
-def _heads_mutants(base: Variant):
-    return [_m(M_SPLIT_MERGE, replace(base, split="no_transpose", merge="no_transpose")),
-            _m(M_SPLIT, replace(base, split="no_transpose")),
-            _m(M_MERGE, replace(base, merge="no_transpose")),
-            _m(M_NO_OUT, replace(base, out_proj=False))]
+def scale_softmax_mutants(base: Variant):
+    """The scale and softmax mistakes of weight-split heads (MHA, GQA)."""
+    return [mutant(M_SCALE_D_OUT, replace(base, scale="d_out")), mutant(M_SCALE_D_IN, replace(base, scale="d_in")),
+            mutant(M_NO_SCALE, replace(base, scale="none")), mutant(M_NO_SQRT, replace(base, scale="no_sqrt")),
+            mutant(M_SOFTMAX, replace(base, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1))]
 
 
-def mutants(exercise) -> list[Mutant]:
-    """Known-wrong variants for ``exercise``, most specific first."""
-    if exercise in _BEYOND:
-        return specs_beyond.mutants(exercise)
-    if exercise == "self_attention":
-        return [_m(M_NO_SCALE, replace(_PLAIN, scale="none")), _m(M_NO_SQRT, replace(_PLAIN, scale="no_sqrt")),
-                _m(M_SCALE_D_IN, replace(_PLAIN, scale="d_in")),
-                _m(M_SOFTMAX, replace(_PLAIN, softmax_dim=-2)), _m(M_KEYS_Q, replace(_PLAIN, keys_from="W_query")),
-                _m(M_VALUES_K, replace(_PLAIN, values_from="W_key")),
-                _m(M_CAUSAL_SA, _CAUSAL)] + _grad_mutants(_PLAIN)
-    if exercise == "causal":
-        return [_m(M_NO_SCALE, replace(_CAUSAL, scale="none")), _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2)),
-                _m(M_KEYS_Q, replace(_CAUSAL, keys_from="W_query"))] + _causal_common(_CAUSAL) + \
-            _grad_mutants(_CAUSAL)
-    if exercise == "wrapper":
-        return [_m(M_SHARED, replace(_CAUSAL, wrapper="shared")), _m(M_SUM, replace(_CAUSAL, wrapper="sum")),
-                _m(M_CAT_TOKENS, replace(_CAUSAL, wrapper="cat_tokens")),
-                _m(M_NO_SCALE, replace(_CAUSAL, scale="none")),
-                _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2))] + _causal_common(_CAUSAL) + _grad_mutants(_CAUSAL)
-    if exercise in ("mha", "mha_interview", "gqa"):
-        found = [_m(M_SCALE_D_OUT, replace(_CAUSAL, scale="d_out")), _m(M_SCALE_D_IN, replace(_CAUSAL, scale="d_in")),
-                 _m(M_NO_SCALE, replace(_CAUSAL, scale="none")), _m(M_NO_SQRT, replace(_CAUSAL, scale="no_sqrt")),
-                 _m(M_SOFTMAX, replace(_CAUSAL, softmax_dim=-2)), _m(M_SOFTMAX_HEADS, replace(_CAUSAL, softmax_dim=1))]
-        found += _heads_mutants(_CAUSAL)
-        if exercise == "gqa":
-            found = [_m(M_TILED, replace(_CAUSAL, kv_layout="tile")),
-                     _m(M_GROUP0, replace(_CAUSAL, kv_layout="group0"))] + found
-        else:
-            found += [_m(M_KEYS_Q, replace(_CAUSAL, keys_from="W_query")),
-                      _m(M_VALUES_K, replace(_CAUSAL, values_from="W_key"))]
-        return found + _causal_common(_CAUSAL) + _grad_mutants(_CAUSAL)
-    if exercise == "kv_cache":
-        return [_m(M_TOP_LEFT, replace(_CAUSAL, mask="top_left")),
-                _m(M_FIRST_ONLY, replace(_CAUSAL, mask="first_chunk_only")),
-                _m(M_SQUARE, replace(_CAUSAL, mask="square_slice")),
-                _m(M_ONLY_NEW, replace(_CAUSAL, cache="only_new")),
-                _m(M_NOT_UPDATED, replace(_CAUSAL, cache="not_updated")),
-                _m(M_WRONG_AXIS, replace(_CAUSAL, cache="wrong_axis")),
-                _m(M_IGNORES_PAST, replace(_CAUSAL, cache="own_state"), outputs_only=True),
-                _m(M_SCALE_D_OUT, replace(_CAUSAL, scale="d_out"))] + _heads_mutants(_CAUSAL) + \
-            _causal_common(_CAUSAL) + [_m(M_NAIVE_SOFTMAX, replace(_CAUSAL, softmax="naive"))]
-    raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
+def heads_mutants(base: Variant):
+    return [mutant(M_SPLIT_MERGE, replace(base, split="no_transpose", merge="no_transpose")),
+            mutant(M_SPLIT, replace(base, split="no_transpose")),
+            mutant(M_MERGE, replace(base, merge="no_transpose")),
+            mutant(M_NO_OUT, replace(base, out_proj=False))]
 
 
-def mutant_pairs(exercise) -> list[Mutant]:
-    """Two known mistakes at once, named together: the combinations of mutants that change different flags."""
-    singles, seen, pairs = mutants(exercise), set(), []
-    base = correct_variant(exercise)
+def mutant_pairs(singles: list, base) -> list[Mutant]:
+    """Two known mistakes at once, named together: the combinations of the ``singles`` (an exercise's mutants)
+    that change different flags of its correct variant ``base``."""
+    seen, pairs = set(), []
     for i, a in enumerate(singles):
         for b in singles[i + 1:]:
             if a.key == b.key or a.outputs_only or b.outputs_only:
@@ -699,20 +471,3 @@ def mutant_pairs(exercise) -> list[Mutant]:
             seen.add(combined)
             pairs.append(Mutant(f"{a.key}+{b.key}", Msg("two_mistakes", first=a.message, second=b.message), combined))
     return pairs
-
-
-def correct_variant(exercise) -> Variant:
-    if exercise in _BEYOND:
-        return specs_beyond.correct_variant(exercise)
-    return _PLAIN if exercise == "self_attention" else _CAUSAL
-
-
-# ---------------------------------------------------------------------------------------------
-# exercises 08-10 (rope, online_softmax, mla) live in specs_beyond; registered here, routed above
-from . import specs_beyond  # noqa: E402  (it needs Call, Case and Mutant from this module)
-
-_BEYOND = frozenset(specs_beyond.EXERCISES)
-EXERCISES = EXERCISES + specs_beyond.EXERCISES
-CONTRACT_CLASS.update(specs_beyond.CONTRACT_CLASS)
-CONTRACT_ARGS.update(specs_beyond.CONTRACT_ARGS)
-FUNCTION_EXERCISES = frozenset(specs_beyond.FUNCTION_EXERCISES)  # graded as functions, not classes

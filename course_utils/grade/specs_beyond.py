@@ -1,8 +1,7 @@
-"""Exercises 08-10 (RoPE with a KV cache, the online softmax, MLA): contracts, cases, the reference with its
-mutants. Kept apart from ``specs`` on purpose: ``specs`` registers these exercises (EXERCISES, CONTRACT_CLASS,
-CONTRACT_ARGS, FUNCTION_EXERCISES) and routes ``make_cases``, ``expected_outputs``, ``mutants`` and
-``correct_variant`` here. The sandboxed harness calls the submission as each case's calls say (extra keyword
-arguments such as ``absorb``, the names of the cache's two parts, or a plain function call).
+"""Exercises 08-10 (RoPE with a KV cache, the online softmax, MLA): the building blocks of their cases, the
+reference computations with their mutants. Each exercise declares its cases, mutants and contract in
+``grade/exercises/``. The sandboxed harness calls the submission as each case's calls say (extra keyword arguments
+such as ``absorb``, the names of the cache's two parts, or a plain function call).
 
 As in ``specs``, every misconception is a flag of one reference computation (``RopeVariant``, ``OnlineVariant``,
 ``MlaVariant``), run on the grader's parameters and inputs; the verdict names the variant the learner reproduces.
@@ -10,24 +9,14 @@ As in ``specs``, every misconception is a flag of one reference computation (``R
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .messages import Msg
-
-EXERCISES = ("rope", "online_softmax", "mla")
-FUNCTION_EXERCISES = {"online_softmax"}  # graded as a function, not a class
-
-CONTRACT_CLASS = {"rope": "RoPEAttention", "online_softmax": "online_softmax_attention",
-                  "mla": "MultiHeadLatentAttention"}
-CONTRACT_ARGS = {
-    "rope": ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias", "rope_base"),
-    "online_softmax": ("q", "k", "v", "block_size", "causal"),  # call arguments, positional
-    "mla": ("d_in", "d_out", "context_length", "dropout", "num_heads", "kv_latent_dim", "rope_dim"),
-}
-
+from .specs import draw_seed, random_params
+from .types import Call, Case, Mutant
 
 # ---------------------------------------------------------------------------------------------
 # variants: the correct computation and each misconception as flags
@@ -68,13 +57,6 @@ class MlaVariant:
     absorb_uv: str = "ok"
     scale: str = "head_dim+rope"  # head_dim+rope | head_dim
     mask: str = "ok"            # ok | top_left
-
-
-_CORRECT = {"rope": RopeVariant(), "online_softmax": OnlineVariant(), "mla": MlaVariant()}
-
-
-def correct_variant(exercise):
-    return _CORRECT[exercise]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,42 +249,42 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
 # ---------------------------------------------------------------------------------------------
 # cases
 
-def param_shapes(exercise, cfg) -> dict:
-    """name -> shape of every parameter the contract needs (nn.Linear weights are (out, in))."""
+def rope_param_shapes(cfg) -> dict:
+    """name -> shape of every parameter of RoPE attention (nn.Linear weights are (out, in))."""
     d_in, d_out = cfg["d_in"], cfg["d_out"]
-    if exercise == "rope":
-        shapes = {"W_query.weight": (d_out, d_in), "W_key.weight": (d_out, d_in), "W_value.weight": (d_out, d_in)}
-        if cfg.get("qkv_bias"):
-            shapes.update({"W_query.bias": (d_out,), "W_key.bias": (d_out,), "W_value.bias": (d_out,)})
-        shapes.update({"out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)})
-        return shapes
-    if exercise == "mla":
-        nh, dc, r = cfg["num_heads"], cfg["kv_latent_dim"], cfg["rope_dim"]
-        return {"W_query.weight": (nh * (d_out // nh + r), d_in), "W_dkv.weight": (dc, d_in),
-                "W_kr.weight": (r, d_in), "W_uk.weight": (d_out, dc), "W_uv.weight": (d_out, dc),
-                "out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)}
-    raise ValueError(f"{exercise} has no parameters")
+    shapes = {"W_query.weight": (d_out, d_in), "W_key.weight": (d_out, d_in), "W_value.weight": (d_out, d_in)}
+    if cfg.get("qkv_bias"):
+        shapes.update({"W_query.bias": (d_out,), "W_key.bias": (d_out,), "W_value.bias": (d_out,)})
+    shapes.update({"out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)})
+    return shapes
 
 
-def _module_case(exercise, name, g, x_shape, steps, **ctor):
-    """Calls over one sequence: (start, end, use_cache, pass_past[, absorb]) per step."""
-    from .specs import Call, Case, _seed, random_params
-    params = random_params(param_shapes(exercise, ctor), g)
+def mla_param_shapes(cfg) -> dict:
+    """name -> shape of every parameter of MLA (nn.Linear weights are (out, in))."""
+    d_in, d_out = cfg["d_in"], cfg["d_out"]
+    nh, dc, r = cfg["num_heads"], cfg["kv_latent_dim"], cfg["rope_dim"]
+    return {"W_query.weight": (nh * (d_out // nh + r), d_in), "W_dkv.weight": (dc, d_in),
+            "W_kr.weight": (r, d_in), "W_uk.weight": (d_out, dc), "W_uv.weight": (d_out, dc),
+            "out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)}
+
+
+def module_case(param_shapes, present, name, g, x_shape, steps, **ctor):
+    """Calls over one sequence: (start, end, use_cache, pass_past[, absorb]) per step; ``present``: the names of
+    the cache's two parts."""
+    params = random_params(param_shapes(ctor), g)
     x = torch.randn(x_shape, generator=g)
     calls, last = [], None
     for i, step in enumerate(steps):
         start, end, use_cache, pass_past = step[:4]
-        kwargs = {"absorb": step[4]} if exercise == "mla" else {}
-        calls.append(Call(x[:, start:end], seed=_seed(g), past=last if pass_past else None, use_cache=use_cache,
+        kwargs = {"absorb": step[4]} if len(step) > 4 else {}
+        calls.append(Call(x[:, start:end], seed=draw_seed(g), past=last if pass_past else None, use_cache=use_cache,
                           kwargs=kwargs))
         if use_cache:
             last = i
-    present = ("keys", "values") if exercise == "rope" else ("c_kv", "k_rope")
     return Case(name, ctor, params, calls, kind="cache", meta={"x_full": x, "present_names": present})
 
 
-def _function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True):
-    from .specs import Call, Case, _seed
+def function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True):
     q = torch.randn(shape_q, generator=g) * scale
     k = torch.randn(shape_k, generator=g) * scale
     v = torch.randn(shape_k, generator=g)
@@ -311,84 +293,36 @@ def _function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, che
     # a tile-sized computation never builds a float tensor larger than the inputs/outputs or a (rows, block) tile
     bound = b * h * max(n_q * max(block_size, d), n_k * d)
     tile_bound = bound if check_tiles and b * h * n_q * n_k > bound else None
-    call = Call(q, seed=_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound)
+    call = Call(q, seed=draw_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound)
     return Case(name, {"block_size": block_size, "causal": causal}, {}, [call], kind="function",
                 meta={"tile_bound": tile_bound, **({"tol": (2e-3, 2e-4)} if scale != 1.0 else {})})
-
-
-def make_cases(exercise, g):
-    """The exercise's cases, drawn from the generator ``g`` (seeded by the grader's secret seed)."""
-    if exercise == "rope":
-        return [
-            _module_case(exercise, "3 heads of 4, d_in=4 < d_out=12, base 10000: chunks of 3, 2, 1 tokens with the "
-                         "cache, then the whole sequence without", g, (2, 7, 4),
-                         [(0, 3, True, False), (3, 5, True, True), (5, 6, True, True), (0, 7, False, False)],
-                         d_in=4, d_out=12, context_length=8, dropout=0.5, num_heads=3, qkv_bias=False,
-                         rope_base=10000.0),
-            _module_case(exercise, "2 heads of 4, d_in=10 > d_out=8, qkv_bias, base 100: a prompt of 2, then one "
-                         "token at a time", g, (3, 5, 10),
-                         [(0, 2, True, False), (2, 3, True, True), (3, 4, True, True), (4, 5, True, True)],
-                         d_in=10, d_out=8, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True,
-                         rope_base=100.0),
-            _module_case(exercise, "4 heads of 6, d_in=6, d_out=24, base 500000: a prompt of 4, then a chunk of 3",
-                         g, (2, 7, 6), [(0, 4, True, False), (4, 7, True, True)],
-                         d_in=6, d_out=24, context_length=9, dropout=0.1, num_heads=4, qkv_bias=False,
-                         rope_base=500000.0),
-        ]
-    if exercise == "online_softmax":
-        return [
-            _function_case("not causal, 5 queries x 11 keys, 2 heads, batch 2, block 4 (does not divide 11)", g,
-                           (2, 2, 5, 8), (2, 2, 11, 8), 4, False),
-            _function_case("causal, 13 tokens, 3 heads, batch 2, block 4", g, (2, 3, 13, 8), (2, 3, 13, 8), 4, True),
-            _function_case("causal, 24 tokens, 2 heads, block 5, scores in the hundreds (exp overflows without the "
-                           "running max)", g, (1, 2, 24, 8), (1, 2, 24, 8), 5, True, scale=10.0),
-            _function_case("not causal, 16 queries x 16 keys, one block of 32", g, (1, 2, 16, 4), (1, 2, 16, 4), 32,
-                           False, check_tiles=False),
-        ]
-    if exercise == "mla":
-        return [
-            _module_case(exercise, "2 heads of 4, d_in=6, latent 6, rope_dim 2: a chunk of 3 explicit, then 2 and 1 "
-                         "absorbed, then all 6 without the cache", g, (2, 6, 6),
-                         [(0, 3, True, False, False), (3, 5, True, True, True), (5, 6, True, True, True),
-                          (0, 6, False, False, False)],
-                         d_in=6, d_out=8, context_length=8, dropout=0.5, num_heads=2, kv_latent_dim=6, rope_dim=2),
-            _module_case(exercise, "3 heads of 2, d_in=10 > d_out=6, latent 4, rope_dim 4: a prompt of 2 absorbed, "
-                         "then one token at a time, explicit then absorbed", g, (3, 4, 10),
-                         [(0, 2, True, False, True), (2, 3, True, True, False), (3, 4, True, True, True)],
-                         d_in=10, d_out=6, context_length=5, dropout=0.0, num_heads=3, kv_latent_dim=4, rope_dim=4),
-            _module_case(exercise, "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache", g,
-                         (2, 5, 8), [(0, 5, False, False, True)],
-                         d_in=8, d_out=16, context_length=7, dropout=0.1, num_heads=4, kv_latent_dim=10, rope_dim=2),
-        ]
-    raise ValueError(f"unknown exercise {exercise!r}")
 
 
 # ---------------------------------------------------------------------------------------------
 # expected outputs (the reference and each variant run the way the learner's code is run)
 
-def expected_outputs(exercise, case, v=None):
-    """{name: tensor or None}, named as the harness names the learner's outputs (step1.out, step1.lse, ...)."""
-    if not isinstance(v, (RopeVariant, OnlineVariant, MlaVariant)):  # specs' default Variant(): the correct one
-        v = correct_variant(exercise)
+def online_expected(case, v: OnlineVariant) -> dict:
+    """{name: tensor}, named as the harness names the learner's outputs (step1.out, step1.lse, step1.tiled)."""
     with torch.no_grad():
-        if exercise == "online_softmax":
-            q, k, val, block_size, causal = case.calls[0].args
-            found = online_forward(q, k, val, block_size, causal, v)
-            outs = {"step1.out": found["out"], "step1.lse": found["lse"]}
-            if case.meta.get("tile_bound") is not None:
-                outs["step1.tiled"] = torch.tensor(0.0 if v.materialise else 1.0)
-            return outs
+        q, k, val, block_size, causal = case.calls[0].args
+        found = online_forward(q, k, val, block_size, causal, v)
+        outs = {"step1.out": found["out"], "step1.lse": found["lse"]}
+        if case.meta.get("tile_bound") is not None:
+            outs["step1.tiled"] = torch.tensor(0.0 if v.materialise else 1.0)
+        return outs
+
+
+def module_expected(forward, case, v) -> dict:
+    """{name: tensor or None} of a cached module (``rope_forward``, ``mla_forward``) run the way the learner's is:
+    step<i>.out and the two parts of its present."""
+    with torch.no_grad():
         outs, presents = {}, {}
         names = case.meta["present_names"]
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             tag = f"step{i + 1}"
             given = presents[call.past] if isinstance(call.past, int) else None
-            if exercise == "rope":
-                out, present = rope_forward(case.params, call.x, case.ctor, v, given, call.use_cache)
-            else:
-                out, present = mla_forward(case.params, call.x, case.ctor, v, given, call.use_cache,
-                                           absorb=call.kwargs["absorb"])
+            out, present = forward(case.params, call.x, case.ctor, v, given, call.use_cache, **call.kwargs)
             outs[tag + ".out"] = out
             outs[f"{tag}.{names[0]}"], outs[f"{tag}.{names[1]}"] = (None, None) if present is None else present
             presents[i] = present
@@ -433,41 +367,5 @@ M_ONLY_NEW = _mistake("cache_only_new", "cache_only_new_mla")
 M_TOP_LEFT = _mistake("mask_top_left", "mask_top_left_chunk")
 
 
-def _m(pair, variant):
-    from .specs import Mutant
+def mutant(pair, variant):
     return Mutant(pair[0], pair[1], variant)
-
-
-def mutants(exercise):
-    """Known-wrong variants, most specific first."""
-    if exercise == "rope":
-        ok = RopeVariant()
-        return [_m(M_ROPE_V, replace(ok, rotate_v=True)), _m(M_ROPE_RESTART, replace(ok, positions="restart")),
-                _m(M_ROPE_PAIRS, replace(ok, layout="interleaved")), _m(M_ROPE_D_MODEL, replace(ok, freq_dim="d_out")),
-                _m(M_ROPE_AFTER, replace(ok, cache="after_double")), _m(M_ROPE_AFTER, replace(ok, cache="after_raw")),
-                _m(M_ROPE_MISSING, replace(ok, rope=False)), _m(M_ROPE_DIRECTION, replace(ok, direction=-1)),
-                _m(M_TOP_LEFT, replace(ok, mask="top_left"))]
-    if exercise == "online_softmax":
-        ok = OnlineVariant()
-        return [_m(M_MATERIALISED, replace(ok, materialise=True)),
-                _m(M_MAX_STALE, replace(ok, update_max=False)), _m(M_MAX_STALE, replace(ok, update_max=False,
-                                                                                         lse_from="m_new")),
-                _m(M_NO_MAX, replace(ok, subtract_max=False)),
-                _m(M_OUT_NOT_RESCALED, replace(ok, rescale_out=False)),
-                _m(M_SUM_NOT_RESCALED, replace(ok, rescale_sum=False)),
-                _m(M_DIVIDE_EARLY, replace(ok, divide="tile")), _m(M_DIVIDE_EARLY, replace(ok, divide="running")),
-                _m(M_SKIP_DIAGONAL, replace(ok, causal_skip="diagonal")),
-                _m(M_SKIP_DIAGONAL, replace(ok, causal_skip="diagonal", fully_masked="zero")),
-                _m(M_DIAGONAL_UNMASKED, replace(ok, diagonal_mask=False)),
-                _m(M_LSE, replace(ok, lse_from="none")), _m(M_NO_SCALE_OS, replace(ok, scale=False))]
-    if exercise == "mla":
-        ok = MlaVariant()
-        return [_m(M_MLA_UP, replace(ok, cache="up_projected")),
-                _m(M_MLA_ROPE_LATENT, replace(ok, rope_on="latent")), _m(M_MLA_ROPE_NOPE, replace(ok, rope_on="nope")),
-                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed")),
-                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uv="transposed")),
-                _m(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed", absorb_uv="transposed")),
-                _m(M_MLA_SCALE, replace(ok, scale="head_dim")), _m(M_MLA_NO_ROPE, replace(ok, rope_on="none")),
-                _m(M_ROPE_RESTART, replace(ok, positions="restart")), _m(M_ONLY_NEW, replace(ok, cache="only_new")),
-                _m(M_TOP_LEFT, replace(ok, mask="top_left"))]
-    raise ValueError(f"unknown exercise {exercise!r}")

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .diagnose import Result
+from ..capstone import induction
+from ..capstone.gpt import GPT
+from ..capstone.induction import checkpoint_path, head_scores, make_batch
 from .messages import Msg, case_title
-from .protocol import CallRecorder, with_texts
+from .records import CallRecorder, with_texts
 from .sandbox.harness import describe_exception
 from .sandbox.harness import plain_answer as _plain_answer
+from .types import Result
 
 EXERCISES = ("induction_head",)
 CONTRACT_FUNCTION = {"induction_head": "find_induction_head"}
@@ -40,7 +43,6 @@ class ModelCase:
     meta: dict = field(default_factory=dict)
 
     def build(self):
-        from ..capstone.gpt import GPT
         return GPT.from_checkpoint(self.state).eval()
 
 
@@ -109,8 +111,6 @@ _CASES: dict = {}
 
 
 def _make_cases(seed: int) -> list[ModelCase]:
-    from ..capstone.induction import checkpoint_path
-
     base = torch.load(checkpoint_path("mha"), map_location="cpu", weights_only=True)
     config = base["config"]
     n_heads, head_dim = config["n_heads"], config["emb_dim"] // config["n_heads"]
@@ -136,9 +136,6 @@ def _make_cases(seed: int) -> list[ModelCase]:
 
 def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
     """(previous-token head, induction head) of a checkpoint, by the course's scores on fixed sequences."""
-    from ..capstone.gpt import GPT
-    from ..capstone.induction import head_scores, make_batch
-
     model = GPT.from_checkpoint(checkpoint).eval()
     c = model.config
     scores = head_scores(model, make_batch(256, c.context_length, c.vocab_size,
@@ -190,7 +187,6 @@ class _ReferenceCalls(CallRecorder):
     """Records calls into course_utils.induction's scoring while the learner's function runs."""
 
     def __init__(self):
-        from ..capstone import induction
         super().__init__()
         # unwrap: @torch.no_grad() wraps the function in a generic decorator whose code every wrapped function shares
         self.codes = {inspect.unwrap(induction.head_scores).__code__: "course_utils.induction.head_scores"}

@@ -1,16 +1,22 @@
-"""course_utils as a submission sees it while it is graded: the book's data, the device helpers, the
-KV-cache size formula, the figures (``course_utils.viz``), and a check() that only records which class to grade. The reference implementations
-and the grader are not here."""
+"""course_utils as a submission sees it while it is graded: this file and ``grade.py`` (a check() that only
+records which class to grade), beside the top-level modules of the course's course_utils (the book's data, the
+device helpers, the figures). The reference implementations (``reference/``), the capstone's model
+(``capstone/``, mounted only where the capstone's function is graded alone) and the grader are not here; nor are
+the cache-size formulas, whose numbers interview mode asks for."""
 import sys
 from pathlib import Path
 
 from . import grade
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
-from .sizes import kv_cache_bytes
 
-__all__ = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "kv_cache_bytes",
-            "synchronize")
+__all__ = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "synchronize")
+
+
+def kv_cache_bytes(*args, **kwargs):
+    """Importable (exercise 6 imports it for a table it prints once its check passes), not callable here."""
+    raise RuntimeError("course_utils.kv_cache_bytes is not available while a submission is graded: interview mode "
+                       "asks for its numbers, work them out yourself")
 
 
 def __getattr__(name):

@@ -1,0 +1,123 @@
+"""Exercise 4: ``MultiHeadAttention`` with weight splits, the book's contract."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import specs
+from ..registry import Exercise
+from ..specs import (
+    CAUSAL,
+    M_KEYS_Q,
+    M_VALUES_K,
+    causal_mutants,
+    grad_case,
+    grad_mutants,
+    heads_mutants,
+    make_case,
+    mutant,
+    scale_softmax_mutants,
+    train_case,
+)
+from ..types import Case
+
+FORM = "heads"
+
+
+def cases(g) -> list[Case]:
+    """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
+    return [
+        make_case(
+            FORM,
+            "3 heads, d_in=4 < d_out=12, 5 tokens < context_length=8, dropout 0.5",
+            g,
+            (2, 5, 4),
+            d_in=4,
+            d_out=12,
+            context_length=8,
+            dropout=0.5,
+            num_heads=3,
+        ),
+        make_case(
+            FORM,
+            "2 heads, d_in=10 > d_out=6, 6 tokens = context_length, batch 3",
+            g,
+            (3, 6, 10),
+            d_in=10,
+            d_out=6,
+            context_length=6,
+            dropout=0.1,
+            num_heads=2,
+        ),
+        make_case(
+            FORM,
+            "4 heads, d_in=6, d_out=8, qkv_bias, 7 tokens < context_length=9",
+            g,
+            (2, 7, 6),
+            d_in=6,
+            d_out=8,
+            context_length=9,
+            dropout=0.0,
+            num_heads=4,
+            qkv_bias=True,
+        ),
+        grad_case(
+            FORM,
+            "gradients of the parameters and the input",
+            g,
+            (2, 5, 6),
+            d_in=6,
+            d_out=8,
+            context_length=7,
+            dropout=0.0,
+            num_heads=2,
+            qkv_bias=True,
+        ),
+        train_case(
+            FORM, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5, num_heads=2
+        ),
+        make_case(
+            FORM,
+            "scores in the hundreds (a large key bias)",
+            g,
+            (2, 5, 6),
+            large=True,
+            d_in=6,
+            d_out=8,
+            context_length=6,
+            dropout=0.0,
+            num_heads=2,
+        ),
+    ]
+
+
+def expected(case: Case, variant) -> dict:
+    return specs.expected_outputs(FORM, case, variant)
+
+
+def mutants() -> list:
+    return (
+        scale_softmax_mutants(CAUSAL)
+        + heads_mutants(CAUSAL)
+        + [
+            mutant(M_KEYS_Q, replace(CAUSAL, keys_from="W_query")),
+            mutant(M_VALUES_K, replace(CAUSAL, values_from="W_key")),
+        ]
+        + causal_mutants(CAUSAL)
+        + grad_mutants(CAUSAL)
+    )
+
+
+EXERCISE = Exercise(
+    id="mha",
+    order=4,
+    notebook="04_multihead_attention",
+    points=3,
+    kind="class",
+    contract="MultiHeadAttention",
+    args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
+    cases=cases,
+    expected=expected,
+    correct=CAUSAL,
+    mutants=mutants,
+)

@@ -1,0 +1,111 @@
+"""The grader's shared types: a case and its calls, a mutant, a result. They import nothing of the grader but
+its texts, so that every layer above can use them (see ARCHITECTURE.md)."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .messages import Msg, resolve, text
+
+
+def new_seed() -> int:
+    """A fresh secret seed: the learner's code cannot know the cases in advance."""
+    return secrets.randbits(62)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    key: str
+    message: str
+    variant: object             # the flags of one reference computation (specs.Variant, specs_beyond.*Variant)
+    outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
+
+
+@dataclass
+class Call:
+    """One call of the learner's module. ``past``: None, the index of an earlier call whose ``present`` is
+    passed back, or "given" (the case's own past, which the module never produced)."""
+    x: torch.Tensor
+    train: bool = False
+    seed: int = 0
+    grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
+    past: int | str | None = None
+    use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
+    kwargs: dict = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
+    args: tuple | None = None         # a function exercise: fn(*args) instead of a module's forward
+    tile_bound: int | None = None     # a function exercise: the largest float tensor a tiled computation makes
+
+
+@dataclass
+class Case:
+    """One configuration: constructor arguments, parameters (by name) and the calls to make."""
+    name: str
+    ctor: dict
+    params: dict
+    calls: list
+    kind: str = "plain"          # plain | grad | train | large | cache
+    given_past: tuple | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def x(self):
+        return self.calls[0].x
+
+
+class NoGradient(Exception):
+    """The reference variant's output carries no gradient (the learner's forward ran under no_grad)."""
+    where = "backward"
+
+
+@dataclass
+class Result:
+    """A grading result; truthy when every check passed."""
+    exercise: str
+    passed: bool
+    score: float
+    checks_passed: int
+    checks_total: int
+    diagnosis: str | None = None   # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
+    messages: list = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
+    assumed: str | None = None     # interview mode: the dialect and mask convention the grader assumed
+
+    def __bool__(self):
+        return self.passed
+
+    @property
+    def summary(self) -> str:
+        """The first line of the report, in the course's current language (``headline(lang)`` for another)."""
+        return self.headline()
+
+    def headline(self, lang: str | None = None) -> str:
+        if self.passed:
+            return Msg("result.passed", exercise=self.exercise, total=self.checks_total).render(lang)
+        first = self.messages[0] if self.messages else Msg("result.no_reason")
+        return Msg("result.failed", exercise=self.exercise, passed=self.checks_passed, total=self.checks_total,
+                   first=first).render(lang)
+
+    def report(self, lang: str | None = None) -> str:
+        """The pass line, or the diagnosis and its details: in ``lang`` ('en' or 'zh'; default: the course's
+        current language, see course_utils.lang)."""
+        lang = resolve(lang)
+        lines = [self.headline(lang)] + [f"   {text(m, lang)}" for m in self.messages[1:]]
+        if self.assumed:
+            lines.append("   " + Msg("result.assumed", assumed=self.assumed).render(lang))
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.report()
+
+    def _repr_pretty_(self, p, cycle):  # IPython shows the summary, not a dataclass dump
+        p.text(self.report())
+
+    def to_dict(self, lang: str | None = None) -> dict:
+        """The fields as plain data, the texts in ``lang`` (default: the course's current language); the exercise
+        and the diagnosis stay identifiers, the same in every language."""
+        lang = resolve(lang)
+        out = asdict(self)
+        out.update(exercise=str(self.exercise), messages=[text(m, lang) for m in self.messages],
+                   assumed=text(self.assumed, lang))
+        return out

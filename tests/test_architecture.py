@@ -1,0 +1,151 @@
+"""The import layers of course_utils (ARCHITECTURE.md): no cycle, and every import points down the layers, with
+the documented exceptions only. Read from the source (ast), so that imports inside functions count too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import course_utils
+
+ROOT = Path(course_utils.__file__).resolve().parent
+LEARNER_SITE = ROOT / "grade" / "sandbox" / "learner_site"  # a package of its own, mounted in the sandbox
+
+# bottom first; a module belongs to the layer of its longest matching prefix
+LAYERS = [
+    [
+        "course_utils.lang",
+        "course_utils.data",
+        "course_utils.device",
+        "course_utils.memory",
+        "course_utils.viz",
+        "course_utils.viz_zh",
+        "course_utils.twins",
+        "course_utils.exercises",
+    ],  # the toolbox (and authoring)
+    ["course_utils.reference"],  # the answers
+    ["course_utils.capstone"],  # the course's GPT
+    ["course_utils.grade.sandbox"],  # what the sandbox mounts
+    ["course_utils.grade.messages"],  # the texts
+    ["course_utils.grade.types", "course_utils.grade.records"],  # shared types
+    [
+        "course_utils.grade.registry",
+        "course_utils.grade.specs",
+        "course_utils.grade.specs_beyond",
+        "course_utils.grade.specs_capstone",
+        "course_utils.grade.jail",
+    ],  # computations, process control
+    ["course_utils.grade.exercises"],  # one declaration each
+    [
+        "course_utils.grade.protocol",
+        "course_utils.grade.diagnose",
+        "course_utils.grade.questions",
+        "course_utils.grade.source",
+    ],  # plan, verdict, reading
+    ["course_utils.grade.runner"],  # one submission
+    ["course_utils.grade.batch", "course_utils.grade.__init__", "course_utils.grade.__main__"],  # entry points
+    ["course_utils.__init__"],  # the re-exports
+]
+# the harness runs in the sandbox, where course_utils is the learner site's: its check() that only records, and
+# the capstone's GPT where that exercise is graded alone (both imported inside the functions that need them)
+EXCEPTIONS = {
+    ("course_utils.grade.sandbox.harness", "course_utils.grade.__init__"),
+    ("course_utils.grade.sandbox.harness", "course_utils.gpt"),
+}
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("course_utils",) + path.relative_to(ROOT).with_suffix("").parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in ROOT.rglob("*.py") if LEARNER_SITE not in p.parents}
+
+
+def imports(name: str, path: Path, known: set) -> set:
+    """The course_utils modules that ``name`` imports, anywhere in its source."""
+    package = name.rsplit(".", 1)[0] if not name.endswith("__init__") else name.rsplit(".", 1)[0]
+    if name.endswith(".__init__"):
+        package = name[: -len(".__init__")]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            bases = [a.name for a in node.names]
+            names = [None] * len(bases)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            bases, names = [base] * len(node.names), [a.name for a in node.names]
+        else:
+            continue
+        for base, attr in zip(bases, names):
+            if not base.startswith("course_utils"):
+                continue
+            for target in (f"{base}.{attr}" if attr else None, base, f"{base}.__init__"):
+                if target in known:  # a submodule imported by name, else the module itself, else a package
+                    found.add(target)
+                    break
+            else:
+                found.add(base)  # not a file here (course_utils.gpt, an alias): kept for the exceptions
+    found.discard(name)
+    return found
+
+
+def layer(name: str) -> int:
+    best = max(
+        ((len(p), i) for i, prefixes in enumerate(LAYERS) for p in prefixes if name == p or name.startswith(p + ".")),
+        default=None,
+    )
+    assert best is not None, f"{name} is in no layer: add it to ARCHITECTURE.md and LAYERS"
+    return best[1]
+
+
+def graph() -> dict[str, set]:
+    found = modules()
+    known = set(found)
+    return {name: imports(name, path, known) for name, path in found.items()}
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        layer(name)
+
+
+def test_imports_point_down_the_layers():
+    upward = [
+        (a, b) for a, targets in graph().items() for b in targets if (a, b) not in EXCEPTIONS and layer(b) > layer(a)
+    ]
+    assert not upward, "imports that point up the layers (see ARCHITECTURE.md): " + ", ".join(
+        f"{a} -> {b}" for a, b in upward
+    )
+
+
+def test_no_import_cycle():
+    edges = {a: {b for b in targets if b in targets and (a, b) not in EXCEPTIONS} for a, targets in graph().items()}
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
+    # the checks above would pass on anything if imports() found nothing: it must see both kinds of import
+    g = graph()
+    assert "course_utils.grade.exercises.__init__" in g["course_utils.grade.protocol"]
+    assert "course_utils.reference.multihead" in g["course_utils.capstone.gpt"]
+    assert layer("course_utils.grade.exercises.mha") > layer("course_utils.grade.specs")
