@@ -81,7 +81,7 @@ def bench_online_softmax(cfg, device, log):
 
         times = median_times({name: (lambda fn=fn: call(fn)) for name, fn in fns_of.items()}, device,
                              o["repeats"], o.get("warmup", 1))
-        peaks = {name: peak_bytes(lambda fn=fn: fn(q, k, v), device) for name, fn in fns_of.items()}
+        peaks = {name: peak_bytes(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v), device) for name, fn in fns_of.items()}
         out[str(t)] = {name: {"seconds": times[name], "peak_bytes": peaks[name], "max_abs_error": errors[name]}
                        for name in fns_of}
         log(f"  T={t:5d} " + "  ".join(f"{name} {times[name] * 1e3:8.2f} ms {peaks[name] / 2**20:8.2f} MiB"

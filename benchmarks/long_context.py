@@ -50,7 +50,7 @@ def bench_ring_cache(cfg, device, log):
     q, k, v = (torch.randn(b, h, short, hd, device=device, dtype=dtype) for _ in range(3))
     ring_out, _ = _decode(make("ring"), q, k, v, window)
     growing_out, _ = _decode(make("growing"), q, k, v, window)
-    error = max((r - g).abs().max().item() for r, g in zip(ring_out, growing_out))
+    error = max((r - g).abs().max().item() for r, g in zip(ring_out, growing_out, strict=True))
     if error > c["atol"]:
         raise AssertionError(f"ring-buffer and growing-cache decoding disagree by {error:.3g} (atol {c['atol']})")
 

@@ -27,10 +27,10 @@ import torch
 
 from course_utils import get_device
 
-from .beyond import beyond_ratios, bench_mla_cache, bench_online_softmax
-from .serving import bench_paged_decode, bench_split_k, serving_ratios
+from .beyond import bench_mla_cache, bench_online_softmax, beyond_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .long_context import bench_ring_cache, long_context_ratios
+from .serving import bench_paged_decode, bench_split_k, serving_ratios
 from .timing import median_time, median_times
 from .variants import VARIANTS, build_variants, check_variants_agree
 
@@ -247,7 +247,7 @@ def bench_attention_core(cfg, device, log):
 def _median_steps(runs):
     """Per decoding step, the median over the repeats: one descheduled step on a busy machine is then
     outvoted instead of added to the total."""
-    return [statistics.median(steps) for steps in zip(*(r[1] for r in runs))]
+    return [statistics.median(steps) for steps in zip(*(r[1] for r in runs), strict=True)]
 
 
 def _bin_profile(step_seconds, prompt_len, num_bins=32):

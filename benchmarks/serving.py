@@ -67,7 +67,7 @@ def bench_paged_decode(cfg, device, log):
     with torch.no_grad():
         paged_outs, cache = run_paged()
         contiguous_outs, keys = run_contiguous()
-        err = max((a - c).abs().max().item() for a, c in zip(paged_outs, contiguous_outs))
+        err = max((a - c).abs().max().item() for a, c in zip(paged_outs, contiguous_outs, strict=True))
         if err > p["atol"]:
             raise AssertionError(f"paged decoding differs from the contiguous cache by {err:.3g}")
         times = median_times({"paged": run_paged, "contiguous": run_contiguous}, device, p["repeats"], 1)
@@ -105,8 +105,8 @@ def bench_split_k(cfg, device, log):
         q = torch.randn(1, h, 1, d, device=device, dtype=dtype)
         k, v = (torch.randn(1, h, t, d, device=device, dtype=dtype) for _ in range(2))
         splits = -(-t // chunk)
-        fns = {"one_pass": lambda: online_softmax_attention(q, k, v, block_size=chunk)[0],
-               "split_k": lambda: split_k_attention(q, k, v, num_splits=splits)[0]}
+        fns = {"one_pass": lambda q=q, k=k, v=v: online_softmax_attention(q, k, v, block_size=chunk)[0],
+               "split_k": lambda q=q, k=k, v=v, splits=splits: split_k_attention(q, k, v, num_splits=splits)[0]}
         with torch.no_grad():
             ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
             errors = {name: (fn().double() - ref).abs().max().item() for name, fn in fns.items()}

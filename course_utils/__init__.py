@@ -5,6 +5,9 @@ Every class and function here is tested against PyTorch's built-ins
 """
 import sys
 
+from .data import BOOK_TOKENS, book_batch, book_inputs
+from .device import DEVICE_ENV_VAR, get_device, synchronize
+from .memory import TensorMemoryTracker, peak_tensor_bytes
 from .reference.attention import (
     CausalAttention,
     MultiHeadAttentionWrapper,
@@ -13,8 +16,6 @@ from .reference.attention import (
     attend,
     simple_self_attention,
 )
-from .data import BOOK_TOKENS, book_batch, book_inputs
-from .device import DEVICE_ENV_VAR, get_device, synchronize
 from .reference.interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
 from .reference.kv_cache import (
     GrowingKVCache,
@@ -24,10 +25,11 @@ from .reference.kv_cache import (
     PreallocatedKVCache,
     PreallocatedLatentKVCache,
 )
-from .memory import TensorMemoryTracker, peak_tensor_bytes
-from .reference.mla import MultiHeadLatentAttention
-from .reference.sizes import kv_cache_bytes, mla_cache_bytes
 from .reference.masks import causal_mask, expand_mask, padding_mask, to_sdpa_mask
+from .reference.mla import MultiHeadLatentAttention
+from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
+from .reference.online_softmax import online_softmax_attention
+from .reference.paged_kv_cache import OutOfBlocksError, PagedKVCache, paged_attention
 from .reference.rope_scaling import (
     linear_scaling_inv_freq,
     llama3_inv_freq,
@@ -36,18 +38,6 @@ from .reference.rope_scaling import (
     yarn_correction_range,
     yarn_inv_freq,
 )
-from .reference.sliding_window import (
-    RingKVCache,
-    attend_with_sink_logit,
-    layer_windows,
-    sliding_window_cache_bytes,
-    sliding_window_mask,
-    sliding_window_mask_at,
-)
-from .reference.paged_kv_cache import OutOfBlocksError, PagedKVCache, paged_attention
-from .reference.split_k import merge_partials, split_k_attention
-from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
-from .reference.online_softmax import online_softmax_attention
 from .reference.rotary import (
     apply_rope,
     half_to_interleaved,
@@ -59,6 +49,16 @@ from .reference.rotary import (
     rotate_every_two,
     rotate_half,
 )
+from .reference.sizes import kv_cache_bytes, mla_cache_bytes
+from .reference.sliding_window import (
+    RingKVCache,
+    attend_with_sink_logit,
+    layer_windows,
+    sliding_window_cache_bytes,
+    sliding_window_mask,
+    sliding_window_mask_at,
+)
+from .reference.split_k import merge_partials, split_k_attention
 
 __version__ = "0.1.0"
 

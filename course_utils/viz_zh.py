@@ -33,14 +33,16 @@ LABELS = {
     "after .view(B, T, nh, hs).transpose(1, 2): (nh, T, hs)": ".view(B, T, nh, hs).transpose(1, 2) 之后：(nh, T, hs)",
     "4 heads, one sentence": "4 个头，同一句话",
     # 05
-    "3 new queries, 4 cached + 3 new keys (green = may attend)": "3 个新查询，4 个缓存的键 + 3 个新键（绿色 = 可以关注）",
+    "3 new queries, 4 cached + 3 new keys (green = may attend)":
+        "3 个新查询，4 个缓存的键 + 3 个新键（绿色 = 可以关注）",
     "no cache: recompute the prefix": "不用缓存：重算整个前缀",
     "KV cache: one new token": "KV cache：只算一个新 token",
     "tokens already generated": "已生成的 token 数",
     "ms per new token": "每个新 token 的毫秒数",
     "time per new token (4 layers, d_model=128)": "每个新 token 的耗时（4 层，d_model=128）",
     # 06
-    "K/V head read by each query head (8 query heads, 2 K/V heads)": "每个查询头读取的 K/V 头（8 个查询头，2 个 K/V 头）",
+    "K/V head read by each query head (8 query heads, 2 K/V heads)":
+        "每个查询头读取的 K/V 头（8 个查询头，2 个 K/V 头）",
     "KV cache (MiB)": "KV 缓存（MiB）",
     "K/V heads after mean-pooling 8 heads": "8 个头做平均池化后的 K/V 头数",
     "relative output error": "输出的相对误差",
@@ -125,6 +127,9 @@ PATTERNS = [(re.compile(p), r) for p, r in (
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
                 + "\n" + m.group(4))),
     (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+    (r"^(zero|mean|resample) ablation$", lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)]),
+    (r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",
+     r"移除一个头（前一词元头：L\1H\2，归纳头：L\3H\4）"),
 )]
 
 

@@ -81,7 +81,7 @@ def imports(name: str, path: Path, known: set) -> set:
             bases, names = [base] * len(node.names), [a.name for a in node.names]
         else:
             continue
-        for base, attr in zip(bases, names):
+        for base, attr in zip(bases, names, strict=True):
             if not base.startswith("course_utils"):
                 continue
             for target in (f"{base}.{attr}" if attr else None, base, f"{base}.__init__"):

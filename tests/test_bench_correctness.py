@@ -122,7 +122,8 @@ def test_run_writes_json_with_required_keys(tmp_path):
     assert report["decoding"]["tokens_identical"] is True
     for mode in CACHE_MODES:
         assert set(report["decoding"]["results"][mode]) == {"2", "4", "8"}
-        assert len(report["decoding"]["step_profile_ms"][mode]) == len(report["decoding"]["step_profile_ms"]["positions"])
+        profile = report["decoding"]["step_profile_ms"]
+        assert len(profile[mode]) == len(profile["positions"])
     kv = report["kv_variants"]["results"]
     assert [kv[name]["num_kv_heads"] for name in ("mha", "gqa2", "mqa")] == [4, 2, 1]
     ratios = report["ratios"]

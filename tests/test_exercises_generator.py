@@ -50,7 +50,8 @@ def tiny_notebook():
     chk.metadata["execution"] = {"iopub.status.busy": "2020-01-01T00:00:00Z"}
     prose = new_markdown_cell("Explain:\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", id="prose",
                               metadata=nbgrader("prose", solution=True, locked=False))
-    nb = new_notebook(cells=[setup, sol, chk, prose], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}})
+    metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}}
+    nb = new_notebook(cells=[setup, sol, chk, prose], metadata=metadata)
     return nbformat.from_dict(json.loads(json.dumps(nb)))
 
 

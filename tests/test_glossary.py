@@ -45,7 +45,7 @@ def glossary_rows() -> list[dict]:
         if header is None:
             header = tuple(cells)
         elif header == COLUMNS and not set(line) <= set("|-: "):
-            row = dict(zip(COLUMNS, cells))
+            row = dict(zip(COLUMNS, cells, strict=True))
             row["line"], row["width"] = number, len(cells)
             rows.append(row)
     return rows

@@ -61,7 +61,7 @@ def test_a_few_training_steps_lower_the_loss_deterministically():
     assert history["step"] == [0, 10, 20]
     assert history["loss"][-1] < history["loss"][0] - 0.02, history
     again, _ = run(20)
-    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters()))
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters(), strict=True))
 
 
 def test_uptraining_a_pooled_checkpoint_recovers_quickly():

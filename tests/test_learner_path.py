@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 QUESTION = re.compile(r"<summary>\s*\d+\.")
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-# notebooks 08-11 get their "next steps" cell on the branches that rework them; remove this mark once merged
-PENDING = {"08_rope_kv_cache.ipynb", "09_online_softmax.ipynb", "10_mla.ipynb", "11_capstone.ipynb"}
 
 
 def _cells(line):
@@ -37,7 +35,7 @@ def path_table(readme: Path) -> list[dict]:
         elif set(line) <= set("|-: "):
             continue
         elif "interview questions" in header or "面试题" in header:
-            rows.append(dict(zip(header, cells)))
+            rows.append(dict(zip(header, cells, strict=True)))
     return rows
 
 
@@ -59,7 +57,7 @@ ZH = _pairing(ROOT / "README.zh-CN.md")
 def test_the_readmes_have_one_path_table_in_course_order():
     assert [Path(n).name for n, *_ in EN] == NOTEBOOKS, "README.md's path table lost a notebook or its order"
     assert [Path(n).name for n, *_ in ZH] == NOTEBOOKS, "README.zh-CN.md's path table lost a notebook or its order"
-    for (nb, ex, sol, *_), (zh_nb, zh_ex, zh_sol, *_) in zip(EN, ZH):
+    for (nb, ex, sol, *_), (zh_nb, zh_ex, zh_sol, *_) in zip(EN, ZH, strict=True):
         assert nb == f"notebooks/{Path(nb).name}" and zh_nb == f"notebooks/zh-CN/{Path(nb).name}"
         assert ex == f"exercises/{Path(ex).name}" and zh_ex == f"exercises/zh-CN/{Path(ex).name}"
         assert sol == f"solutions/{Path(ex).name}" and zh_sol == f"solutions/zh-CN/{Path(ex).name}"
@@ -73,7 +71,7 @@ def test_every_exercise_is_on_the_path_once():
 
 
 def test_the_two_readmes_agree_on_times_and_questions():
-    for (nb, _, _, time, questions), (_, _, _, zh_time, zh_questions) in zip(EN, ZH):
+    for (nb, _, _, time, questions), (_, _, _, zh_time, zh_questions) in zip(EN, ZH, strict=True):
         assert re.findall(r"\d+", time) == re.findall(r"\d+", zh_time), nb
         assert questions == zh_questions, nb
 
@@ -101,12 +99,10 @@ def test_the_notebooks_indexes_link_each_notebooks_exercise(index, base):
 
 def _next_steps_cases():
     cases = []
-    for folder, pairing, up in (("notebooks", EN, "../"), ("notebooks/zh-CN", ZH, "../../")):
+    for _folder, pairing, up in (("notebooks", EN, "../"), ("notebooks/zh-CN", ZH, "../../")):
         for k, (nb, ex, sol, *_) in enumerate(pairing):
             following = Path(pairing[k + 1][0]).name if k + 1 < len(pairing) else "README.md"
-            marks = [pytest.mark.xfail(strict=True, reason="added on its own branch")] \
-                if Path(nb).name in PENDING else []
-            cases.append(pytest.param(nb, up + ex, up + sol, following, marks=marks, id=nb))
+            cases.append(pytest.param(nb, up + ex, up + sol, following, id=nb))
     return cases
 
 

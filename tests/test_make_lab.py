@@ -92,9 +92,10 @@ def test_lab_serves_the_repository(tmp_path):
             try:
                 listing = _get(f"{base}/api/contents/", token)
                 break
-            except OSError:
+            except OSError as err:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"jupyter lab did not start:\n{log.read_text(errors='replace')[-3000:]}")
+                    started = log.read_text(errors="replace")[-3000:]
+                    raise AssertionError(f"jupyter lab did not start:\n{started}") from err
                 time.sleep(0.5)
         names = {item["name"] for item in listing["content"]}
         assert {"notebooks", "exercises", "solutions", "course_utils"} <= names, names

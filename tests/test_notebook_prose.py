@@ -27,7 +27,7 @@ _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
 # %, x or × (a ratio) is allowed
 PROSE_NUMBER = re.compile(rf"(?<![\w.])(?<![A-Za-z_]-)(?<![A-Za-z_]\^)({_NUMBER})(\s?%|x|×)?(?![\w])")
 # in code and outputs: anything that is not the tail of an identifier
-CODE_NUMBER = re.compile(rf"(?<![A-Za-z_])(\d[\d_,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+CODE_NUMBER = re.compile(r"(?<![A-Za-z_])(\d[\d_,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 SKIP = [
     re.compile(r"^\s*#+\s*\d+(\.\d+)*\.?", re.M),  # heading numbers: "## 4. Spot the bug"
     re.compile(r"^\s*\d+\.\s", re.M),  # numbered list items

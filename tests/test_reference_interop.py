@@ -7,7 +7,7 @@ import torch
 
 import course_utils as cu
 from course_utils import GroupedQueryAttention, mha_to_gqa
-from course_utils.interop import constructor_options
+from course_utils.reference.interop import constructor_options
 
 
 def test_copy_parameters_makes_modules_agree_and_leaves_buffers():

@@ -11,11 +11,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from rope_reference import complex_rope
 
 import course_utils.reference.sliding_window as sw
 from course_utils import apply_rope, attend, rope, rope_inv_freq
 from course_utils.reference import rope_scaling as rs
-from rope_reference import complex_rope
 
 B, H, HD = 2, 3, 8
 

@@ -1,10 +1,10 @@
 """The long-context tests can fail: each classic mistake of tests/grader_cases/long_context.py, patched into
 ``course_utils.reference.sliding_window`` (undone after the test), makes the reference tests raise AssertionError."""
 import pytest
-
-import course_utils.reference.sliding_window as sw
 import test_reference_long_context as lc
 from grader_cases.long_context import MUTANTS
+
+import course_utils.reference.sliding_window as sw
 
 # per mutant: the reference tests (with their cases) that must catch it
 CATCHERS = {

@@ -6,13 +6,13 @@ the real test functions from the other files, which must then raise AssertionErr
 import math
 
 import pytest
-import torch
-
-import course_utils.reference.multihead as multihead
 import test_reference_causal as causal_tests
 import test_reference_errors as error_tests
 import test_reference_kv_cache as cache_tests
 import test_reference_sdpa as sdpa_tests
+import torch
+
+import course_utils.reference.multihead as multihead
 from course_utils import attend
 
 GQA_ARGS = (2, 7, 9, 12, 12, 6, 3, False)  # batch, tokens, context_length, d_in, d_out, heads, kv groups, bias

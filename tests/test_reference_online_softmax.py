@@ -115,7 +115,7 @@ def test_gradients_equal_sdpa():
     out, _ = online_softmax_attention(q, k, v, block_size=4, causal=True)
     grads = torch.autograd.grad(out.square().sum(), (q, k, v))
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    for got, exp in zip(grads, torch.autograd.grad(ref.square().sum(), (q, k, v))):
+    for got, exp in zip(grads, torch.autograd.grad(ref.square().sum(), (q, k, v)), strict=True):
         torch.testing.assert_close(got, exp)
 
 

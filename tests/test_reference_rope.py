@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from course_utils import (
     GroupedQueryAttention,
-    MultiHeadAttention,
     GrowingKVCache,
+    MultiHeadAttention,
     PreallocatedKVCache,
     apply_rope,
     half_to_interleaved,

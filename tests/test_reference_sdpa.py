@@ -259,7 +259,7 @@ def test_backward_matches_sdpa(nh, ng, close, randomize, sdpa_ref):
     upstream = torch.randn(2, 5, 8, dtype=torch.float64)
     grads_ours = torch.autograd.grad((m(x) * upstream).sum(), [x, *m.parameters()])
     grads_sdpa = torch.autograd.grad((sdpa_ref(m, x) * upstream).sum(), [x, *m.parameters()])
-    for ours, theirs in zip(grads_ours, grads_sdpa):
+    for ours, theirs in zip(grads_ours, grads_sdpa, strict=True):
         close(ours, theirs)
     assert grads_ours[0].abs().sum() > 0
 

@@ -75,7 +75,7 @@ def test_interleaved_sequences_scatter_their_blocks():
     for name in "abc":
         cache.add_sequence(name)
         truth[name] = ([], [])
-    for step, (name, n) in enumerate([("a", 2), ("b", 4), ("a", 3), ("c", 1), ("b", 1), ("a", 1), ("c", 5)]):
+    for name, n in [("a", 2), ("b", 4), ("a", 3), ("c", 1), ("b", 1), ("a", 1), ("c", 5)]:
         k, v = kv(n)
         cache.append(name, k, v)
         truth[name][0].append(k)
@@ -86,7 +86,7 @@ def test_interleaved_sequences_scatter_their_blocks():
         torch.testing.assert_close(got_v, torch.cat(vs, dim=1), atol=0, rtol=0)
     # the blocks of 'a' are not adjacent: other sequences took blocks in between
     assert cache.block_tables["a"] != sorted(cache.block_tables["a"]) or any(
-        b - a != 1 for a, b in zip(cache.block_tables["a"], cache.block_tables["a"][1:]))
+        b - a != 1 for a, b in zip(cache.block_tables["a"], cache.block_tables["a"][1:], strict=True))
 
 
 # --- prefix sharing and copy-on-write ---------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """The serving tests can fail: each mutant of tests/grader_cases/serving.py, patched into course_utils (undone after
 the test), makes the named tests of test_reference_serving.py raise AssertionError."""
 import pytest
+import test_reference_serving as serving_tests
 
 import course_utils
 import course_utils.reference.paged_kv_cache as paged_module
 import course_utils.reference.split_k as split_k_module
-import test_reference_serving as serving_tests
 from tests.grader_cases.serving import MUTANTS
 
 # mutant -> the tests (function, args) that must catch it

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..reference._checks import check_divisible
-from ..reference.kv_cache import KVCache
 from ..reference.interop import mha_to_gqa
+from ..reference.kv_cache import KVCache
 from ..reference.multihead import GroupedQueryAttention
 
 
@@ -274,7 +274,7 @@ def pool_kv_heads(model: GPT, n_kv_groups: int) -> GPT:
     pooled = GPT(config).to(device=w.device, dtype=w.dtype)
     own = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
     pooled.load_state_dict(own, strict=False)
-    for src, dst in zip(model.blocks, pooled.blocks):
+    for src, dst in zip(model.blocks, pooled.blocks, strict=True):
         dst.attn = mha_to_gqa(src.attn, n_kv_groups)
     return pooled.train(model.training)
 

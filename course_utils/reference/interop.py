@@ -33,7 +33,9 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     )
 
     def bias_of(linear):
-        return linear.bias if linear.bias is not None else torch.zeros(linear.out_features, dtype=p.dtype, device=p.device)
+        if linear.bias is not None:
+            return linear.bias
+        return torch.zeros(linear.out_features, dtype=p.dtype, device=p.device)
 
     with torch.no_grad():
         if same:

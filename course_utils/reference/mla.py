@@ -19,8 +19,9 @@ Two forms compute the same function:
   values. Here ``W_uv`` is folded into ``out_proj`` (the same function); at DeepSeek-V3's sizes that folded
   matrix is 4x ``out_proj``, so its reference code applies ``W_uv`` and then ``out_proj``.
 
-Simplifications against DeepSeek's layer: no RMSNorm on the latents (DeepSeek caches the normalised latent), head_dim = d_out // num_heads for both the
-non-rotated query/key part and the values, the rotate-half RoPE layout, and no YaRN scaling.
+Simplifications against DeepSeek's layer: no RMSNorm on the latents (DeepSeek caches the normalised latent),
+head_dim = d_out // num_heads for both the non-rotated query/key part and the values, the rotate-half RoPE layout,
+and no YaRN scaling.
 """
 from __future__ import annotations
 

@@ -8,9 +8,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from jlab import (CHROMIUM_ARGS, ROOT, SKIP_REASON, LabServer, browser_tests_wanted, chromium_env, chromium_path,
-                  notebooks_dir)
+from jlab import (
+    CHROMIUM_ARGS,
+    ROOT,
+    SKIP_REASON,
+    LabServer,
+    browser_tests_wanted,
+    chromium_env,
+    chromium_path,
+    notebooks_dir,
+)
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 

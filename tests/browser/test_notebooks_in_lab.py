@@ -11,9 +11,19 @@ import importlib.util
 import os
 
 import pytest
-
-from jlab import (CELL_SELECTOR, SKIP_REASON, browser_tests_wanted, change_widget, chromium_path,
-                  notebook_expectations, notebooks_dir, open_notebook, run_all_cells, snapshot, wait_until_run)
+from jlab import (
+    CELL_SELECTOR,
+    SKIP_REASON,
+    browser_tests_wanted,
+    change_widget,
+    chromium_path,
+    notebook_expectations,
+    notebooks_dir,
+    open_notebook,
+    run_all_cells,
+    snapshot,
+    wait_until_run,
+)
 
 if not browser_tests_wanted() or chromium_path() is None:
     if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
