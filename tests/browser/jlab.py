@@ -337,7 +337,7 @@ def wait_until_run(page, code_cells, timeout_s=180):
         if not busy and (done or failed) and snap["kernel"] == "idle":
             return _settled(page)
         if time.monotonic() > deadline:
-            stuck = [i for i, p in zip(code_cells, prompts, strict=True) if not any(ch.isdigit() for ch in p)]
+            stuck = [i for i, p in zip(code_cells, prompts, strict=False) if not any(ch.isdigit() for ch in p)]
             raise TimeoutError(f"cells still not run after {timeout_s} s (kernel {snap['kernel']}): {stuck}")
         page.wait_for_timeout(250)
 
