@@ -12,6 +12,6 @@ EXERCISE = Exercise(
     notebook="11_induction_head",
     points=3,
     kind="model",
-    contract="find_induction_head",
+    contract=specs_capstone.CONTRACT_FUNCTION["induction_head"],
     model=specs_capstone,
 )
