@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ..lang import LANGUAGES, current_language, normalize_language
 from . import runner
+from .escape import terminal
 from .messages import Msg, text
 from .sandbox import jail
 from .specs import EXERCISES
@@ -51,18 +53,25 @@ def main(argv=None) -> int:
             print(Msg("cli.refuse_batch", why=no_sandbox).render(lang), file=sys.stderr)
             return 2
         from .batch import grade_folder
+        from .names import shown
+        from .progress import Progress
+        started = time.monotonic()
         try:
             graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
                                                           exercises=exercises, trusted=args.trust_submissions,
-                                                          lang=lang, **limits)
+                                                          lang=lang, progress=Progress(lang), **limits)
         except ValueError as exc:
-            parser.error(text(exc.args[0], lang) if exc.args else str(exc))
+            parser.error(terminal(text(exc.args[0], lang) if exc.args else str(exc)))
         for name, why in skipped:
-            print(Msg("cli.skipped", name=name, why=why).render(lang))
+            print(terminal(Msg("cli.skipped", name=shown(name), why=why).render(lang)))
         ok = sum(rep.passed for _, rep in graded)
-        print(Msg("cli.graded", count=len(graded), passed=ok, out=args.out).render(lang))
+        errors = sum(rep.error is not None for _, rep in graded)
+        print(terminal(Msg("cli.graded", count=len(graded), passed=ok, failed=len(graded) - ok - errors,
+                           errors=errors, skipped=len(skipped), seconds=time.monotonic() - started,
+                           out=f"{args.out}/grades.csv").render(lang)))
         if grader_failed:
-            print(Msg("cli.grader_failed_on", names=", ".join(grader_failed)).render(lang), file=sys.stderr)
+            print(terminal(Msg("cli.grader_failed_on", names=", ".join(map(shown, grader_failed))).render(lang)),
+                  file=sys.stderr)
             return 3
         return 0 if ok == len(graded) else 1
     if not args.path:
