@@ -11,7 +11,8 @@ _SURROGATE = re.compile("[\udc80-\udcff]")  # a byte of a file name that is not 
 _OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
 # everything that starts inline markup in CommonMark or is raw HTML; '#' and newlines are handled too, so no
 # learner text can open a heading, a list of its own, a link, an image or a tag
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>&|~!#=+\-])")
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~!#=+\-])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}  # entities: literal in every Markdown renderer
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -35,7 +36,8 @@ def terminal(text) -> str:
 
 def markdown(text) -> str:
     """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted."""
-    return _MARKDOWN.sub(r"\\\1", printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ ")))
+    text = printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ "))
+    return _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
 
 
 def csv_cell(value) -> str:

@@ -149,8 +149,9 @@ class Box:
     """The total limits of one sandbox run. ``preexec()`` runs in the child before exec (it joins the cgroup);
     ``watch(pid)`` starts the fallback's watchdog; ``close()`` kills whatever is left and returns the Usage."""
 
-    def __init__(self, memory: int = MEMORY_TOTAL, tasks: int = MAX_TASKS):
+    def __init__(self, memory: int | None = None, tasks: int | None = None):
         self.kind, where = _choice()
+        memory, tasks = memory or MEMORY_TOTAL, tasks or MAX_TASKS
         self.memory, self.tasks = memory, tasks
         self.dirs: list[Path] = []
         self._stop = threading.Event()
@@ -303,13 +304,12 @@ def descendants(root: int) -> list[int]:
 
 
 def tree_memory(root: int) -> int:
-    """Bytes held by ``root``'s process tree: resident memory, plus memfd and /dev/shm files it holds open
+    """Bytes held by ``root``'s process tree: proportional resident memory, plus memfd and /dev/shm files it holds open
     (counted once each, even when mapped: an overestimate errs on the host's side)."""
     total, seen = 0, set()
     for pid in descendants(root):
         try:
-            with open(f"/proc/{pid}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            total += _proportional(pid)
             fds = os.listdir(f"/proc/{pid}/fd")
         except (OSError, ValueError, IndexError):
             continue
@@ -325,6 +325,20 @@ def tree_memory(root: int) -> int:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
     return total
+
+
+def _proportional(pid: int) -> int:
+    """A process's proportional set size (pages shared after fork() counted once over the sharers), in bytes;
+    its resident size where smaps_rollup is missing."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) << 10
+    except OSError:
+        pass
+    with open(f"/proc/{pid}/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def kill_tree(root: int):

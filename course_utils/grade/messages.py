@@ -448,9 +448,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "run.malformed": ("malformed grading result: {why}", "评分结果的格式不对：{why}"),
     "run.not_graded": ("{exercise} was not graded", "{exercise} 没有被评分"),
     "run.missing_hint": ("{missing} ({note})", "{missing}（{note}）"),
-    "run.over_memory": ("the submission used more than {limit} GiB of memory over all its processes (shared memory "
+    "run.over_memory": ("the submission used more than {limit} MiB of memory over all its processes (shared memory "
                         "and temporary files included) and was stopped",
-                        "这份提交的所有进程（含共享内存和临时文件）一共用了超过 {limit} GiB 内存，被终止了"),
+                        "这份提交的所有进程（含共享内存和临时文件）一共用了超过 {limit} MiB 内存，被终止了"),
     "run.over_processes": ("the submission started more than {limit} processes or threads and was stopped",
                            "这份提交启动了超过 {limit} 个进程或线程，被终止了"),
     "run.no_sandbox": ("graded without a sandbox ({why})", "没有沙箱，直接运行评分（{why}）"),
@@ -487,6 +487,8 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "batch.link_broken": ("a link that leads nowhere (a loop, or a missing file)", "无效的链接（循环链接，或者目标不存在）"),
     "status.not_implemented": ("not implemented yet", "还没有实现"),
     "status.missing": ("not found in the file", "文件里没有找到"),
+    "status.missing_after_error": ("not found: a cell failed before it (see the feedback)",
+                                   "没有找到：在它之前有单元格出错（见反馈）"),
     "status.exception": ("raised an error", "运行出错"),
     "status.contract": ("breaks the contract", "不符合接口约定"),
     "status.wrong_shape": ("wrong output shape", "输出形状不对"),

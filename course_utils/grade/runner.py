@@ -28,6 +28,7 @@ class SubmissionReport:
     error: str | None = None                     # why nothing could be graded
     peak_memory: int = 0                         # bytes, the largest of its sandbox runs (0 where not measured)
     seconds: float = 0.0                         # wall time, set by the batch
+    limit_notes: list = field(default_factory=list, repr=False)  # limits hit by a run that still finished
 
     @property
     def passed(self) -> bool:
@@ -84,7 +85,7 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     if outcome.too_big:
         return None, ("crashed", Msg("run.too_large"))
     if not outcome.result and outcome.usage.hit == "memory":
-        return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 30))
+        return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
     if not outcome.result and outcome.usage.hit == "processes":
         return None, ("crashed", Msg("run.over_processes", limit=limits.MAX_TASKS))
     if not outcome.result:
@@ -98,6 +99,9 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
             raise protocol.BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
+    if outcome.usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
+        report.limit_notes.append(Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
+                                  if outcome.usage.hit == "memory" else Msg("run.over_processes", limit=limits.MAX_TASKS))
     return data, None
 
 
@@ -173,7 +177,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         if failed:
             _fail_all(report, exercises, *failed)
         else:
-            report.notes = notes + _notes(data)
+            report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
             report.results += [_verdict(ex, data, graded[ex], imports, forbidden, report.notes) for ex in exercises]
     for ex in models:
@@ -192,7 +196,9 @@ def _verdict(ex, data, graded, imports, forbidden, notes):
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
-        return failure(ex, "missing", Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
+        # a cell that failed (a syntax error) is the likelier story than a class never written
+        key = "missing_after_error" if any(getattr(n, "key", "").startswith("cell_") for n in notes) else "missing"
+        return failure(ex, key, Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
     try:
         records = graded.resolve(entry.get("records"))
     except protocol.BadResult as exc:
