@@ -13,7 +13,7 @@ import sys
 import time
 
 from ..lang import LANGUAGES, current_language, normalize_language
-from . import runner
+from . import limits, runner
 from .escape import terminal
 from .messages import Msg, text
 from .sandbox import jail
@@ -38,14 +38,19 @@ def main(argv=None) -> int:
     parser.add_argument("--trust-submissions", action="store_true",
                         help="run submissions without a sandbox (only for code you trust: your own, a colleague's)")
     parser.add_argument("--cell-timeout", type=float, default=runner.CELL_TIMEOUT, help="seconds per cell")
-    parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT, help="seconds per submission")
+    parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT,
+                        help="seconds of wall time per submission, all its runs together (default: %(default)g)")
+    parser.add_argument("--memory", type=int, default=limits.MEMORY_TOTAL >> 20, metavar="MIB",
+                        help="memory per submission over all its processes, shared memory and temporary files "
+                             "included (default: %(default)d)")
     parser.add_argument("--workers", type=int, default=None, help="parallel submissions (default: CPU cores)")
     parser.add_argument("--lang", type=_language, default=None, metavar="{" + ",".join(LANGUAGES) + "}",
                         help="language of the report and the feedback (default: the course's current language, "
                              "ATTN_LANG or the zh-CN folder, else en)")
     args = parser.parse_args(argv)
     lang = args.lang or current_language()
-    limits = {"cell_timeout": args.cell_timeout, "total_timeout": args.timeout}
+    limits.MEMORY_TOTAL = args.memory << 20
+    timeouts = {"cell_timeout": args.cell_timeout, "total_timeout": args.timeout}
     exercises = [args.exercise] if args.exercise else None
     no_sandbox = jail.probe()
     if args.batch:
@@ -59,7 +64,7 @@ def main(argv=None) -> int:
         try:
             graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
                                                           exercises=exercises, trusted=args.trust_submissions,
-                                                          lang=lang, progress=Progress(lang), **limits)
+                                                          lang=lang, progress=Progress(lang), **timeouts)
         except ValueError as exc:
             parser.error(terminal(text(exc.args[0], lang) if exc.args else str(exc)))
         for name, why in skipped:
@@ -77,7 +82,7 @@ def main(argv=None) -> int:
     if not args.path:
         parser.error(Msg("cli.need_path").render(lang))
     try:
-        report = runner.grade_file(args.path, exercises, sandboxed=no_sandbox is None, **limits)
+        report = runner.grade_file(args.path, exercises, sandboxed=no_sandbox is None, **timeouts)
     except ValueError as exc:
         parser.error(text(exc.args[0], lang) if exc.args else str(exc))
     except Exception as exc:  # noqa: BLE001 - the grader's own failure

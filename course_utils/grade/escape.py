@@ -9,10 +9,13 @@ import re
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\udc80-\udcff]")  # a byte of a file name that is not UTF-8 (os.fsdecode)
 _OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
-# everything that starts inline markup in CommonMark or is raw HTML; '#' and newlines are handled too, so no
-# learner text can open a heading, a list of its own, a link, an image or a tag
-_MARKDOWN = re.compile(r"([\\`*_\[\]|~!#=+\-])")
+# what could make learner text markup in a line of the feedback: raw HTML (as entities), code spans, links and
+# images, and '#' (after the grader's "- " a leading '#' would open a heading); newlines are joined, so no block
+# of its own (heading, quote, table, setext underline) can start. Emphasis with * or _ is left alone: harmless,
+# and identifiers (head_dim) stay readable in the raw file
+_MARKDOWN = re.compile(r"([\\`\[\]#])")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}  # entities: literal in every Markdown renderer
+_BLOCK_START = tuple("-+*=|>")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -36,8 +39,9 @@ def terminal(text) -> str:
 
 def markdown(text) -> str:
     """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted."""
-    text = printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ "))
-    return _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
+    text = printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ ")).strip()
+    text = _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
+    return "\\" + text if text.startswith(_BLOCK_START) else text
 
 
 def csv_cell(value) -> str:

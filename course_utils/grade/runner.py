@@ -78,15 +78,16 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     torch.save(plan, buffer)
     outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed,
                        with_model=with_model)
+    usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
-        report.peak_memory = max(report.peak_memory, outcome.usage.peak)
+        report.peak_memory = max(report.peak_memory, usage.peak)
     if outcome.timed_out:
         return None, ("timeout", Msg("run.timeout", seconds=total_timeout))
     if outcome.too_big:
         return None, ("crashed", Msg("run.too_large"))
-    if not outcome.result and outcome.usage.hit == "memory":
+    if not outcome.result and usage.hit == "memory":
         return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
-    if not outcome.result and outcome.usage.hit == "processes":
+    if not outcome.result and usage.hit == "processes":
         return None, ("crashed", Msg("run.over_processes", limit=limits.MAX_TASKS))
     if not outcome.result:
         tail = outcome.stderr_tail.strip().splitlines()[-1:]
@@ -99,9 +100,9 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
             raise protocol.BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
-    if outcome.usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
+    if usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
         report.limit_notes.append(Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
-                                  if outcome.usage.hit == "memory" else Msg("run.over_processes", limit=limits.MAX_TASKS))
+                                  if usage.hit == "memory" else Msg("run.over_processes", limit=limits.MAX_TASKS))
     return data, None
 
 
