@@ -64,12 +64,12 @@ def make_class(folder: Path, mib: int) -> dict:
         add(f"broken_{i:02d}" + (".ipynb" if i % 4 == 2 or i % 4 == 3 else ".py"), "broken", content)
     odd = [b"latin1-\xe9.py", b"n" * 248 + b".py", b"\x1b[32mall checks passed\x1b[0m.py", b"## mha: passed.py",
            b"=HYPERLINK(1).py", b"Alice.py", b"alice.py", b"a b;c'd\".py", "张三.py".encode(), b"-rf.py",
-           b"\xe2\x80\xaeyp.exe.py", b"<script>alert(1)</script>.py", b"x\ty.py", b"@SUM(A1).py", b"+1.py"]
+           b"\xe2\x80\xaeyp.exe.py", b"<img src=x onerror=alert(1)>.py", b"x\ty.py", b"@SUM(A1).py", b"+1.py"]
     for name in odd:
         add(name, "odd name", mha)
     hog = (mib + mib // 8) << 20
     hostile = {
-        "hostile_alarm_1.py": "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "hostile_alarm_1.py": "class MultiHeadAttention:\n    pass\nimport signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
                               "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n",
         "hostile_fork_bomb.py": "import os, time\nfor i in range(500):\n    try:\n        pid = os.fork()\n"
                                 "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
@@ -82,14 +82,14 @@ def make_class(folder: Path, mib: int) -> dict:
         "hostile_markdown.py": "class MultiHeadAttention:\n    def __init__(self, *a, **k):\n"
                                "        raise ValueError('\\n## mha: passed\\n<img src=x onerror=alert(1)>')\n",
         "hostile_nested_cell.py": "x = " + "(" * 150 + ")" * 150 + "\n" + mha,
-        "j_hostile_memfd.py": f"import os\nHELD = []\nfor i in range({hog >> 26} + 1):\n"
+        "d_hostile_memfd.py": f"import os\nHELD = []\nfor i in range({hog >> 26} + 1):\n"
                               "    fd = os.memfd_create('m')\n    os.write(fd, b'x' * (60 << 20))\n"
                               "    HELD.append(fd)\n" + mha,
         "p_hostile_forks.py": "import os, time\nfor i in range(4):\n    if os.fork() == 0:\n"
                               f"        held = b'x' * ({hog // 4})\n        time.sleep(60)\n        os._exit(0)\n"
                               "time.sleep(5)\n" + mha,
-        "t_hostile_plain.py": f"HELD = b'x' * {hog}\n" + mha,
-        "hostile_alarm_2.py": "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "z_hostile_plain.py": f"HELD = b'x' * {hog}\n" + mha,
+        "hostile_alarm_2.py": "class MultiHeadAttention:\n    pass\nimport signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
                               "signal.setitimer = lambda *a, **k: None\nwhile True:\n    pass\n",
         "hostile_stdout.py": "import sys\nfor i in range(100000):\n    print('\\x1b[2J' * 100)\n" + mha,
         "hostile_threads.py": "import threading, time\nfor i in range(500):\n    try:\n"

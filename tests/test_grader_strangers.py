@@ -312,8 +312,14 @@ def test_cli_summary_line(tmp_path):
     (subs / "good.py").write_text(MHA)
     (subs / "empty.py").write_text("")
     (subs / "notes.txt").write_text("")
+    forger = subs / "\x1b[2K\r\x1b[32mall passed.py"
+    forger.write_text("class MultiHeadAttention:\n    def __init__(self, *args, **kwargs):\n"
+                      "        raise ValueError('\\x1b[2K\\r\\x1b[32m✅ mha: all 7 checks passed')\n")
     proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out",
                            str(tmp_path / "g")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
-    assert "1 passed everything, 0 did not, 1 could not be graded, 1 skipped" in proc.stdout, proc.stdout
-    assert "[2/2]" in proc.stderr or "[1/2]" in proc.stderr
+    assert "1 passed everything, 1 did not, 1 could not be graded, 1 skipped" in proc.stdout, proc.stdout
+    assert "[3/3]" in proc.stderr and "\x1b" not in proc.stdout + proc.stderr
+    single = subprocess.run([sys.executable, "-m", "course_utils.grade", str(forger)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert single.returncode == 1 and "\x1b" not in single.stdout and "\\x1b" in single.stdout, single.stdout

@@ -93,12 +93,12 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1))
     else:
-        if report.error and not report.results:
-            print(Msg("cli.not_graded", error=report.error).render(lang))
+        if report.error and not report.results:  # learner text reaches the terminal cleaned (escape.terminal)
+            print(terminal(Msg("cli.not_graded", error=report.error).render(lang)))
         for r in report.results:
-            print(r.report(lang))
+            print(terminal(r.report(lang)))
         for note in report.notes:
-            print(Msg("cli.note", note=note).render(lang))
+            print(terminal(Msg("cli.note", note=note).render(lang)))
     return 0 if report.passed else 1
 
 
