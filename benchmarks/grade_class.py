@@ -68,8 +68,9 @@ def make_class(folder: Path, mib: int) -> dict:
     for name in odd:
         add(name, "odd name", mha)
     hog = (mib + mib // 8) << 20
+    stub = "class MultiHeadAttention:\n    pass\n"  # names an exercise, so that the file runs
     hostile = {
-        "hostile_alarm_1.py": "class MultiHeadAttention:\n    pass\nimport signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "hostile_alarm_1.py": stub + "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
                               "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n",
         "hostile_fork_bomb.py": "import os, time\nfor i in range(500):\n    try:\n        pid = os.fork()\n"
                                 "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
@@ -89,7 +90,7 @@ def make_class(folder: Path, mib: int) -> dict:
                               f"        held = b'x' * ({hog // 4})\n        time.sleep(60)\n        os._exit(0)\n"
                               "time.sleep(5)\n" + mha,
         "z_hostile_plain.py": f"HELD = b'x' * {hog}\n" + mha,
-        "hostile_alarm_2.py": "class MultiHeadAttention:\n    pass\nimport signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "hostile_alarm_2.py": stub + "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
                               "signal.setitimer = lambda *a, **k: None\nwhile True:\n    pass\n",
         "hostile_stdout.py": "import sys\nfor i in range(100000):\n    print('\\x1b[2J' * 100)\n" + mha,
         "hostile_threads.py": "import threading, time\nfor i in range(500):\n    try:\n"

@@ -269,7 +269,8 @@ def test_status_in_words_points_and_keys(tmp_path):
                                                             "feedback)"),
                                 ("zh", "文件是空的", "mha：没有找到：在它之前有单元格出错（见反馈）")):
         batch.grade_folder(subs, tmp_path / lang, trusted=True, lang=lang)
-        rows = {r["learner"]: r for r in csv.DictReader(open(tmp_path / lang / "grades.csv", encoding="utf-8"))}
+        with open(tmp_path / lang / "grades.csv", encoding="utf-8") as fh:
+            rows = {r["learner"]: r for r in csv.DictReader(fh)}
         assert rows["empty.ipynb"]["status"] == empty and rows["empty.ipynb"]["key"] == "source.empty"
         assert rows["broken.py"]["status"] == syntax, rows["broken.py"]
         assert rows["broken.py"]["key"] == "mha:missing_after_error" and rows["broken.py"]["max"] == "3"

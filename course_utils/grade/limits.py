@@ -198,7 +198,7 @@ class Box:
 
     # ---------------------------------------------------------------------------------------- in the parent
     def watch(self, pid: int):
-        if self.kind == "rlimits":
+        if self.kind == "rlimits" and os.path.isdir("/proc"):  # no /proc (macOS): the rlimits alone
             self._watchdog = threading.Thread(target=self._watch, args=(pid,), daemon=True)
             self._watchdog.start()
 
