@@ -168,6 +168,8 @@ class Box:
             if (d / "memory.swap.max").exists():
                 _write(d / "memory.swap.max", "0")
             _write(d / "pids.max", str(tasks))
+            if (d / "memory.oom.group").exists():  # the OOM killer ends the whole submission, not one process
+                _write(d / "memory.oom.group", "1")
             self._procs = [str(d / "cgroup.procs")]
         elif self.kind == "cgroup1":
             mem, pids = where["memory"] / name, where["pids"] / name
@@ -224,7 +226,7 @@ class Box:
                 d = self.dirs[0]
                 peak = _int((d / "memory.peak").read_text()) if (d / "memory.peak").exists() else 0
                 events = _events(d / "memory.events")
-                if events.get("oom_kill", 0) or events.get("oom", 0):
+                if events.get("oom_kill", 0) or events.get("oom", 0) or events.get("max", 0):  # reached its total
                     hit = "memory"
                 elif _events(d / "pids.events").get("max", 0):
                     hit = "processes"
@@ -232,7 +234,7 @@ class Box:
                 mem, pids = self.dirs
                 peak = _int((mem / "memory.max_usage_in_bytes").read_text())
                 oom = _events(mem / "memory.oom_control")
-                if oom.get("oom_kill", 0) or oom.get("under_oom", 0):
+                if oom.get("oom_kill", 0) or _int((mem / "memory.failcnt").read_text()):  # reached its total
                     hit = "memory"
                 elif _events(pids / "pids.events").get("max", 0):
                     hit = "processes"
