@@ -324,3 +324,11 @@ def test_cli_summary_line(tmp_path):
     single = subprocess.run([sys.executable, "-m", "course_utils.grade", str(forger)], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert single.returncode == 1 and "\x1b" not in single.stdout and "\\x1b" in single.stdout, single.stdout
+
+
+def test_the_mechanism_is_named_and_cgroup_paths_follow_the_mount():
+    assert limits.mechanism() in ("cgroup2", "cgroup1", "rlimits")
+    assert limits._where(("/sys/fs/cgroup", "/"), "/a/b") == Path("/sys/fs/cgroup/a/b")
+    # a container that mounts its own subtree of the hierarchy at /sys/fs/cgroup
+    assert limits._where(("/sys/fs/cgroup", "/docker/x"), "/docker/x/grader") == Path("/sys/fs/cgroup/grader")
+    assert limits._where(("/sys/fs/cgroup", "/docker/x"), "/docker/x") == Path("/sys/fs/cgroup")

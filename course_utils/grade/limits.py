@@ -53,7 +53,8 @@ def _own_cgroups() -> dict:
 
 
 def _mounts() -> dict:
-    """{'cgroup2': mount point, 'memory': v1 mount point, 'pids': ...} from /proc/self/mountinfo."""
+    """{'cgroup2': (mount point, the hierarchy's path mounted there), 'memory': (...) for v1, 'pids': (...)} from
+    /proc/self/mountinfo."""
     out = {}
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -64,14 +65,22 @@ def _mounts() -> dict:
         fields, rfields = left.split(), right.split()
         if len(fields) < 5 or len(rfields) < 3:
             continue
-        point, fstype, options = fields[4], rfields[0], rfields[2].split(",")
+        root, point, fstype, options = fields[3], fields[4], rfields[0], rfields[2].split(",")
         if fstype == "cgroup2":
-            out.setdefault("cgroup2", point)
+            out.setdefault("cgroup2", (point, root))
         elif fstype == "cgroup":
             for ctl in ("memory", "pids"):
                 if ctl in options:
-                    out.setdefault(ctl, point)
+                    out.setdefault(ctl, (point, root))
     return out
+
+
+def _where(mount, own_path: str) -> Path:
+    """The directory of the cgroup ``own_path`` under ``mount`` (point, root): a container may mount a subtree."""
+    point, root = mount
+    if root != "/" and (own_path == root or own_path.startswith(root + "/")):
+        own_path = own_path[len(root):]
+    return Path(point) / own_path.lstrip("/")
 
 
 def _write(path: Path, value: str):
@@ -82,7 +91,7 @@ def _write(path: Path, value: str):
 def _probe_v2(mounts, own):
     if "cgroup2" not in mounts or "" not in own:
         return None
-    base = Path(mounts["cgroup2"]) / own[""].lstrip("/")
+    base = _where(mounts["cgroup2"], own[""])
     try:
         controllers = (base / "cgroup.controllers").read_text().split()
     except OSError:
@@ -108,7 +117,7 @@ def _probe_v2(mounts, own):
 def _probe_v1(mounts, own):
     if "memory" not in mounts or "pids" not in mounts or "memory" not in own or "pids" not in own:
         return None
-    bases = {ctl: Path(mounts[ctl]) / own[ctl].lstrip("/") for ctl in ("memory", "pids")}
+    bases = {ctl: _where(mounts[ctl], own[ctl]) for ctl in ("memory", "pids")}
     try:
         for ctl, base in bases.items():
             probe = base / f"grade-probe-{os.getpid()}"
