@@ -1,6 +1,7 @@
 """Where a submission runs: a bubblewrap sandbox on Linux (read-only system and virtual environment, a
 private size-limited directory holding only the submission's copy, no network, its own PID namespace so that
-everything it starts dies with it, an unprivileged user, limits on memory, processes, file size and output),
+everything it starts dies with it, an unprivileged user, limits on memory, processes, file size and output;
+the submission's total over all its processes is ``limits.Box``'s, a cgroup where the host offers one),
 or, where no sandbox exists and the instructor said the submissions are trusted, a plain child process.
 
 The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
