@@ -18,6 +18,7 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX_TIMEOUT ?= 3
 SUBMISSIONS ?= submissions
 OUT    ?= grades
+GRADE_ARGS ?=
 PYTEST_WORKERS ?= 2
 LAB_ARGS ?=
 # instructors: nbgrader in its own environment, so that the course environment stays as learners have it
@@ -38,7 +39,7 @@ help:
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
-	@echo "make grade SUBMISSIONS=dir [OUT=grades]   grade a folder of submissions"
+	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
 	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
@@ -128,7 +129,8 @@ check-twins: $(STAMP)
 
 grade: $(STAMP)
 	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds
-	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)" || test $$? -eq 1
+	@# GRADE_ARGS passes more, e.g. GRADE_ARGS="--lang zh --exercise mha --timeout 60" (see --help)
+	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS) || test $$? -eq 1
 
 test-browser: $(STAMP)
 	RUN_BROWSER_TESTS=1 $(PY) -m pytest -p no:xdist tests/browser -v

@@ -102,7 +102,7 @@ def test_a_class_of_thirty(attacked, capsys):
 @pytest.mark.parametrize("name", sorted(attacks.ESCAPES))
 def test_escape_fails(attacked, name):
     row = attacked["rows"][name]  # the wrong class was graded (or the import of the reference refused)
-    assert "scale_d_out" in row["status"] or ("import" in name and "delegates" in row["status"]), row
+    assert "scale_d_out" in row["key"] or ("import" in name and "delegates" in row["key"]), row
 
 
 def test_escapes_leave_no_trace(attacked):
@@ -112,7 +112,7 @@ def test_escapes_leave_no_trace(attacked):
     assert not attacked["connections"]                                # no network
     assert not attacked["marker"].exists()                            # the daemon died with its sandbox
     assert (attacked["out"] / "grades.csv").read_bytes() == attacked["csv_after_batch"]
-    assert "scale_d_out" in attacked["rows"]["daemon.py"]["status"]
+    assert "scale_d_out" in attacked["rows"]["daemon.py"]["key"]
     assert attacked["rows"]["fork_forever.py"]["status"] == "passed"  # its forked child is simply killed
     assert not processes_named(attacks.FORK_NAME) and not processes_named(attacks.DAEMON_NAME)
 
@@ -120,7 +120,7 @@ def test_escapes_leave_no_trace(attacked):
 @pytest.mark.parametrize("name", sorted(attacks.FORGERIES))
 def test_forgery_gets_no_credit(attacked, name):
     row = attacked["rows"][name]
-    assert row["mha"] != "1" and row["status"] != "passed", row
+    assert row["mha"] != "3" and row["status"] != "passed", row
 
 
 @pytest.mark.parametrize("name", sorted(attacks.ODD_BUT_CORRECT))
@@ -134,10 +134,10 @@ def test_broken_submissions_get_clear_rows(attacked):
     assert "invalid JSON" in rows["not_json.ipynb"]["status"]
     assert "no list of cells" in rows["cells_not_list.ipynb"]["status"]
     assert "SyntaxError" in (fb / "syntax.py.md").read_text()
-    assert "timed out" in (fb / "loop.py.md").read_text() and rows["loop.py"]["mha"] == "1"
-    assert "memory" in (fb / "huge.py.md").read_text() and rows["huge.py"]["mha"] == "1"
-    assert "scale_d_out" in rows["cheat.py"]["status"]
-    assert "delegates" in rows["delegate.py"]["status"]
+    assert "timed out" in (fb / "loop.py.md").read_text() and rows["loop.py"]["mha"] == "3"
+    assert "memory" in (fb / "huge.py.md").read_text() and rows["huge.py"]["mha"] == "3"
+    assert "scale_d_out" in rows["cheat.py"]["key"]
+    assert "delegates" in rows["delegate.py"]["key"]
     assert "stderr_flood.py" in rows and len((fb / "stderr_flood.py.md").read_text()) < 20_000
 
 
@@ -153,7 +153,7 @@ def test_interview_mode_in_a_batch(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert rows["by_hand.py"]["status"] == "passed"
     for name in set(attacks.INTERVIEW) - {"by_hand.py"}:  # --exercise applies: SDPA files fail mha_interview
-        assert rows[name]["mha_interview"] == "0" and "forbidden" in rows[name]["status"], rows[name]
+        assert rows[name]["mha_interview"] == "0" and "forbidden" in rows[name]["key"], rows[name]
     fb = (tmp_path / "g" / "feedback" / "thread_dynamic_name.py.md").read_text()
     assert "scaled_dot_product_attention" in fb  # seen at torch's level, from a thread, by a built name
 

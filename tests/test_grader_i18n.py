@@ -275,8 +275,9 @@ def test_cli_batch_in_chinese(tmp_path):
     assert "注意力分数除以了 √d_out（d_model），应当除以 √head_dim" in feedback
     with open(tmp_path / "g" / "grades.csv", encoding="utf-8") as fh:
         (row,) = list(csv.DictReader(fh))
-    assert list(row) == ["learner", "mha", "total", "status"]  # the columns keep their names for tools
-    assert row["status"] == "mha：scale_d_out"
+    # the columns keep their names for tools; the status in words, the machine key beside it
+    assert list(row) == ["learner", "mha", "total", "max", "fraction", "status", "key", "feedback"]
+    assert row["status"].startswith("mha：注意力分数除以了 √d_out") and row["key"] == "mha:scale_d_out"
     assert (tmp_path / "g" / "skipped.txt").read_text(encoding="utf-8") == "notes.txt：不是提交文件（.py 或 .ipynb）\n"
 
 
@@ -284,4 +285,5 @@ def test_batch_feedback_follows_lang():
     report = runner.SubmissionReport("x.py", results=[grade_class("gqa", None)])
     assert batch.feedback_markdown("x.py", report, "en").startswith("# Feedback for x.py\n\n## gqa: not passed (0/8")
     assert batch.feedback_markdown("x.py", report, "zh").startswith("# x.py 的评分反馈\n\n## gqa：未通过（8 项检查通过了 0 项")
-    assert batch.status(report, "en") == "gqa: not_implemented" and batch.status(report, "zh") == "gqa：not_implemented"
+    assert batch.status(report, "en") == "gqa: not implemented yet" and batch.status(report, "zh") == "gqa：还没有实现"
+    assert batch.status_key(report) == "gqa:not_implemented"

@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ..lang import LANGUAGES, current_language, normalize_language
-from . import jail, runner
+from . import jail, limits, runner
 from .batch import grade_folder
+from .escape import terminal
 from .exercises import IDS
 from .messages import Msg, text
+from .names import shown
+from .progress import Progress
 
 
 def _language(value: str) -> str:
@@ -35,38 +39,48 @@ def main(argv=None) -> int:
     parser.add_argument("--trust-submissions", action="store_true",
                         help="run submissions without a sandbox (only for code you trust: your own, a colleague's)")
     parser.add_argument("--cell-timeout", type=float, default=runner.CELL_TIMEOUT, help="seconds per cell")
-    parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT, help="seconds per submission")
+    parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT,
+                        help="seconds of wall time per submission, all its runs together (default: %(default)g)")
+    parser.add_argument("--memory", type=int, default=limits.MEMORY_TOTAL >> 20, metavar="MIB",
+                        help="memory per submission over all its processes, shared memory and temporary files "
+                             "included (default: %(default)d)")
     parser.add_argument("--workers", type=int, default=None, help="parallel submissions (default: CPU cores)")
     parser.add_argument("--lang", type=_language, default=None, metavar="{" + ",".join(LANGUAGES) + "}",
                         help="language of the report and the feedback (default: the course's current language, "
                              "ATTN_LANG or the zh-CN folder, else en)")
     args = parser.parse_args(argv)
     lang = args.lang or current_language()
-    limits = {"cell_timeout": args.cell_timeout, "total_timeout": args.timeout}
+    limits.MEMORY_TOTAL = args.memory << 20
+    timeouts = {"cell_timeout": args.cell_timeout, "total_timeout": args.timeout}
     exercises = [args.exercise] if args.exercise else None
     no_sandbox = jail.probe()
     if args.batch:
         if no_sandbox and not args.trust_submissions:
             print(Msg("cli.refuse_batch", why=no_sandbox).render(lang), file=sys.stderr)
             return 2
+        started = time.monotonic()
         try:
             graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
                                                           exercises=exercises, trusted=args.trust_submissions,
-                                                          lang=lang, **limits)
+                                                          lang=lang, progress=Progress(lang), **timeouts)
         except ValueError as exc:
-            parser.error(text(exc.args[0], lang) if exc.args else str(exc))
+            parser.error(terminal(text(exc.args[0], lang) if exc.args else str(exc)))
         for name, why in skipped:
-            print(Msg("cli.skipped", name=name, why=why).render(lang))
+            print(terminal(Msg("cli.skipped", name=shown(name), why=why).render(lang)))
         ok = sum(rep.passed for _, rep in graded)
-        print(Msg("cli.graded", count=len(graded), passed=ok, out=args.out).render(lang))
+        errors = sum(rep.error is not None for _, rep in graded)
+        print(terminal(Msg("cli.graded", count=len(graded), passed=ok, failed=len(graded) - ok - errors,
+                           errors=errors, skipped=len(skipped), seconds=time.monotonic() - started,
+                           out=f"{args.out}/grades.csv").render(lang)))
         if grader_failed:
-            print(Msg("cli.grader_failed_on", names=", ".join(grader_failed)).render(lang), file=sys.stderr)
+            print(terminal(Msg("cli.grader_failed_on", names=", ".join(map(shown, grader_failed))).render(lang)),
+                  file=sys.stderr)
             return 3
         return 0 if ok == len(graded) else 1
     if not args.path:
         parser.error(Msg("cli.need_path").render(lang))
     try:
-        report = runner.grade_file(args.path, exercises, sandboxed=no_sandbox is None, **limits)
+        report = runner.grade_file(args.path, exercises, sandboxed=no_sandbox is None, **timeouts)
     except ValueError as exc:
         parser.error(text(exc.args[0], lang) if exc.args else str(exc))
     except Exception as exc:  # noqa: BLE001 - the grader's own failure
@@ -77,12 +91,12 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1))
     else:
-        if report.error and not report.results:
-            print(Msg("cli.not_graded", error=report.error).render(lang))
+        if report.error and not report.results:  # learner text reaches the terminal cleaned (escape.terminal)
+            print(terminal(Msg("cli.not_graded", error=report.error).render(lang)))
         for r in report.results:
-            print(r.report(lang))
+            print(terminal(r.report(lang)))
         for note in report.notes:
-            print(Msg("cli.note", note=note).render(lang))
+            print(terminal(Msg("cli.note", note=note).render(lang)))
     return 0 if report.passed else 1
 
 

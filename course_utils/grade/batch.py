@@ -5,70 +5,113 @@ from __future__ import annotations
 
 import csv
 import os
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from .diagnose import failure
+from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
-from .messages import Msg, joined, resolve, text
+from .messages import CATALOGUE, Msg, joined, resolve, text
+from .names import feedback_name, shown
+from .points import points
 from .runner import SubmissionReport, grade_file
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 
 
+def _heading(line: str) -> str:
+    """A rendered line with its Markdown heading marks kept and the rest escaped."""
+    marks, _, rest = line.partition(" ") if line.startswith("#") else ("", "", line)
+    return (marks + " " if marks else "") + markdown(rest)
+
+
 def feedback_markdown(name: str, report, lang: str | None = None) -> str:
-    """One learner's feedback file, in ``lang`` (default: the course's current language)."""
+    """One learner's feedback file, in ``lang`` (default: the course's current language). Everything that comes
+    from the submission (its name, its errors) is escaped: no HTML and no heading of its own."""
     lang = resolve(lang)
-    lines = [Msg("batch.title", name=name).render(lang), ""]
+    lines = [_heading(Msg("batch.title", name=shown(name)).render(lang)), ""]
     if report.error and not report.results:
-        lines += [Msg("batch.not_graded", error=report.error).render(lang), ""]
+        lines += [Msg("batch.not_graded", error="").render(lang) + markdown(text(report.error, lang)), ""]
     for r in report.results:
-        lines.append(Msg("batch.passed" if r.passed else "batch.not_passed", exercise=r.exercise,
-                         passed=r.checks_passed, total=r.checks_total, score=r.score).render(lang))
-        lines += [""] + [f"- {text(m, lang)}" for m in r.messages] + [""]
+        worth = points(r.exercise)
+        lines.append(_heading(Msg("batch.passed" if r.passed else "batch.not_passed", exercise=text(r.exercise, lang),
+                                  passed=r.checks_passed, total=r.checks_total, points=round(r.score * worth, 2),
+                                  max=worth).render(lang)))
+        lines += [""] + [f"- {markdown(text(m, lang))}" for m in r.messages] + [""]
     if report.notes:
-        lines += [Msg("batch.problems").render(lang), ""] + [f"- {text(n, lang)}" for n in report.notes] + [""]
+        lines += [Msg("batch.problems").render(lang), ""] + [f"- {markdown(text(n, lang))}" for n in report.notes]
+        lines += [""]
     return "\n".join(lines)
 
 
+def _words(r) -> Msg:
+    """A failed exercise's status in words: the mistake it makes, or what kind of failure it is."""
+    key = r.diagnosis or "other"
+    for name in ("mutant." + key, "status." + key):
+        if name in CATALOGUE:
+            return Msg(name)
+    return Msg("status.other")
+
+
 def status(report, lang: str | None = None) -> str:
-    """grades.csv's status column: passed, why nothing was graded, or the diagnosis key of each failed exercise."""
+    """grades.csv's status column, in words: passed, why nothing was graded, or what each failed exercise did."""
     if report.passed:
         return Msg("batch.status_passed").render(lang)
     if report.error:
         return text(report.error, lang)
-    return joined(Msg("batch.status", exercise=r.exercise, diagnosis=r.diagnosis)
+    return joined(Msg("batch.status", exercise=r.exercise, diagnosis=_words(r))
                   for r in report.results if not r.passed).render(lang)
 
 
+def status_key(report) -> str:
+    """grades.csv's key column: the same verdict as machine keys (``mha:scale_no_sqrt``, ``source.empty``)."""
+    if report.passed:
+        return "passed"
+    if report.error and not report.results:
+        return getattr(report.error, "key", "error")
+    return ";".join(f"{r.exercise}:{r.diagnosis or 'failed'}" for r in report.results if not r.passed)
+
+
 def find_submissions(folder: Path) -> tuple[list, list]:
-    """(files to grade, [(name, why skipped)]): hidden files, folders, other file types and links that lead
-    outside the folder are skipped."""
+    """(files to grade, [(name, why skipped)]): hidden files, folders, other file types, links that lead
+    outside the folder or nowhere (loops) are skipped. Names are as the filesystem has them (bytes that are not
+    UTF-8 as surrogates), so that every file can be opened; ``names.shown`` is for display."""
     files, skipped = [], []
-    for p in sorted(folder.iterdir()):
-        if p.name.startswith("."):
+    with os.scandir(folder) as entries:
+        listed = sorted(entries, key=lambda e: os.fsencode(e.name))
+    for entry in listed:
+        p = folder / entry.name
+        if entry.name.startswith("."):
             continue
-        if p.is_symlink():
-            target = p.resolve()
-            if folder not in target.parents:
-                skipped.append((p.name, Msg("batch.link_outside")))
-                continue
-        if not p.is_file():
-            skipped.append((p.name, Msg("batch.not_a_file")))
+        try:
+            if entry.is_symlink():
+                target = p.resolve(strict=True)
+                if folder not in target.parents:
+                    skipped.append((entry.name, Msg("batch.link_outside")))
+                    continue
+            is_file = entry.is_file()
+        except (OSError, RuntimeError):  # ELOOP, a dangling link, a name the filesystem refuses to stat
+            skipped.append((entry.name, Msg("batch.link_broken")))
+            continue
+        if not is_file:
+            skipped.append((entry.name, Msg("batch.not_a_file")))
         elif p.suffix not in SUBMISSION_SUFFIXES:
-            skipped.append((p.name, Msg("batch.not_a_submission")))
+            skipped.append((entry.name, Msg("batch.not_a_submission")))
         else:
             files.append(p)
     return files, skipped
 
 
-def grade_folder(submissions, out="grades", workers=None, exercises=None, trusted=False, lang=None, **limits):
+def grade_folder(submissions, out="grades", workers=None, exercises=None, trusted=False, lang=None,
+                 progress=None, **limits):
     """Grade every submission in ``submissions``; returns ([(file name, report)], skipped, grader_failed)
-    and writes grades.csv, feedback/ and skipped.txt into ``out``, in ``lang`` (default: the current language)."""
+    and writes grades.csv, feedback/ and skipped.txt into ``out``, in ``lang`` (default: the current language).
+    ``progress(done, count, name, report, seconds)`` is called as each submission finishes."""
     lang = resolve(lang)
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
     if not submissions.is_dir():
-        raise ValueError(Msg("batch.no_folder", folder=str(submissions)))
+        raise ValueError(Msg("batch.no_folder", folder=shown(str(submissions))))
     if out == submissions or submissions in out.parents:
         raise ValueError(Msg("batch.out_inside"))
     files, skipped = find_submissions(submissions)
@@ -77,31 +120,47 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
 
     def one(item):
         slot, path = item
+        started = time.monotonic()
         try:
-            return grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
+            report = grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: this row says so, the batch goes on
             failed_grader.append(path.name)
             report = SubmissionReport(str(path), error=Msg("batch.grader_failed", type=type(exc).__name__,
-                                                           error=str(exc)[:200]))
+                                                           error=printable(exc, 200)))
             report.results = [failure(ex, "grader_error", report.error) for ex in exercises or []]
-            return report
+        report.seconds = time.monotonic() - started
+        return report
 
+    reports: list = [None] * len(files)
     with ThreadPoolExecutor(max_workers=workers) as pool:  # each submission is its own sandboxed process
-        reports = list(pool.map(one, enumerate(files)))
+        futures = {pool.submit(one, item): item[0] for item in enumerate(files)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = futures[future]
+            reports[i] = future.result()
+            if progress is not None:
+                progress(done, len(files), files[i].name, reports[i])
     graded = [(p.name, rep) for p, rep in zip(files, reports)]
 
     seen = [r.exercise for _, rep in graded for r in rep.results]
     columns = [ex for ex in EXERCISES if ex in seen] + sorted({ex for ex in seen if ex not in EXERCISES})
     (out / "feedback").mkdir(parents=True, exist_ok=True)
+    taken: set = set()
+    feedback_files = [feedback_name(name, taken) for name, _ in graded]
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["learner", *columns, "total", "status"])
-        for name, rep in graded:
-            scores = {r.exercise: r.score for r in rep.results}
-            row = [f"{scores[ex]:g}" if ex in scores else "" for ex in columns]
-            writer.writerow([name, *row, f"{sum(scores.values()):g}", status(rep, lang)])
-    for name, rep in graded:  # the whole file name: alice.py and alice.ipynb get their own feedback
-        (out / "feedback" / f"{name}.md").write_text(feedback_markdown(name, rep, lang), encoding="utf-8")
-    (out / "skipped.txt").write_text("".join(Msg("cli.skipped_line", name=name, why=why).render(lang) + "\n"
+        # points as nbgrader counts them (a check cell's points times the share of checks passed), the fraction
+        # of the points, the status in words, the same as machine keys, and the feedback file
+        writer.writerow(["learner", *columns, "total", "max", "fraction", "status", "key", "feedback"])
+        for (name, rep), feedback in zip(graded, feedback_files):
+            got = {r.exercise: r.score * points(r.exercise) for r in rep.results}
+            worth = sum(points(r.exercise) for r in rep.results)
+            row = [f"{round(got[ex], 2):g}" if ex in got else "" for ex in columns]
+            total = round(sum(got.values()), 2)
+            writer.writerow([csv_cell(shown(name)), *row, f"{total:g}", f"{worth:g}",
+                             f"{total / worth:.3f}" if worth else "0", csv_cell(status(rep, lang)),
+                             csv_cell(status_key(rep)), csv_cell("feedback/" + feedback)])
+    for (name, rep), feedback in zip(graded, feedback_files):
+        (out / "feedback" / feedback).write_text(feedback_markdown(name, rep, lang), encoding="utf-8")
+    (out / "skipped.txt").write_text("".join(Msg("cli.skipped_line", name=shown(name), why=why).render(lang) + "\n"
                                              for name, why in skipped), encoding="utf-8")
     return graded, skipped, failed_grader

@@ -1,6 +1,7 @@
 """Where a submission runs: a bubblewrap sandbox on Linux (read-only system and virtual environment, a
 private size-limited directory holding only the submission's copy, no network, its own PID namespace so that
-everything it starts dies with it, an unprivileged user, limits on memory, processes, file size and output),
+everything it starts dies with it, an unprivileged user, limits on memory, processes, file size and output;
+the submission's total over all its processes is ``limits.Box``'s, a cgroup where the host offers one),
 or, where no sandbox exists and the instructor said the submissions are trusted, a plain child process.
 
 The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
@@ -19,6 +20,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import limits
 from .messages import Msg
 
 MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
@@ -81,6 +83,14 @@ def build_lib(dest: Path, with_model: bool = False) -> Path:
 
 
 _probe_result: list = []
+_bwrap: list = []  # bubblewrap's absolute path, found on PATH once: the sandbox starts with an empty environment
+
+
+def bwrap() -> str:
+    if not _bwrap:
+        found = shutil.which("bwrap")
+        _bwrap.append(os.path.abspath(found) if found else "bwrap")
+    return _bwrap[0]
 
 
 def probe() -> str | None:
@@ -93,7 +103,7 @@ def probe() -> str | None:
     elif shutil.which("bwrap") is None:
         why = Msg("sandbox.no_bwrap")
     else:
-        proc = subprocess.run(["bwrap", *_namespaces(), "--ro-bind", "/", "/", "--", "true"],
+        proc = subprocess.run([bwrap(), *_namespaces(), "--ro-bind", "/", "/", "--", "true"],
                               capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
             why = Msg("sandbox.no_namespaces", error=proc.stderr.strip()[:200])
@@ -122,7 +132,7 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
     """The bwrap command line that runs the harness on one submission."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
-    cmd = ["bwrap", *_namespaces(), "--die-with-parent", "--new-session",
+    cmd = [bwrap(), *_namespaces(), "--die-with-parent", "--new-session",
            "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"]
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
@@ -136,6 +146,7 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
         cmd += _ro_bind_with_parents(sys.prefix, made)
     python = os.path.join(sys.prefix, "bin", "python3")
     cmd += ["--ro-bind", str(lib), "/grader", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/dev/shm",  # else unbounded
             "--perms", "0777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/submission",
             "--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/submission",
@@ -160,8 +171,10 @@ def _user_processes() -> int:
     return count
 
 
-def _limits(nproc: int):
+def _limits(nproc: int, box=None):
     def apply():
+        if box is not None:
+            box.preexec()
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE, MAX_FILE))
@@ -171,9 +184,11 @@ def _limits(nproc: int):
 
 
 class Outcome:
-    def __init__(self, returncode, result: bytes, stderr_tail: str, timed_out: bool, too_big: bool):
+    def __init__(self, returncode, result: bytes, stderr_tail: str, timed_out: bool, too_big: bool,
+                 usage: limits.Usage | None = None):
         self.returncode, self.result, self.stderr_tail = returncode, result, stderr_tail
         self.timed_out, self.too_big = timed_out, too_big
+        self.usage = usage or limits.Usage()
 
 
 def _drain(stream, keep: int, sink: list, limit: int | None = None):
@@ -201,7 +216,8 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
                 raise SandboxUnavailable(probe())
             os.set_inheritable(sub.fileno(), True)
             cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot)
-            nproc = MAX_PROCESSES if os.geteuid() == 0 else _user_processes() + MAX_PROCESSES
+            tasks = MAX_PROCESSES if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
+            nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks
             cwd, env = tmp, {}
         else:  # trusted: a plain child process in a private temporary directory
             private = Path(tmp) / "submission"
@@ -212,9 +228,15 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
             cwd = str(private)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(private), "OMP_NUM_THREADS": "1",
                    "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore"}
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, pass_fds=(result_w, sub.fileno()),
-                                start_new_session=True, preexec_fn=_limits(nproc))
+        box = limits.Box()  # the submission's total: memory over all its processes, tasks (see limits.py)
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, pass_fds=(result_w, sub.fileno()),
+                                    start_new_session=True, preexec_fn=_limits(nproc, box))
+        except BaseException:
+            box.close()
+            raise
+        box.watch(proc.pid)
         os.close(result_w)
         errs, results = [], []
         readers = [threading.Thread(target=_drain, args=(proc.stderr, STDERR_TAIL, errs), daemon=True),
@@ -233,11 +255,12 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
         except subprocess.TimeoutExpired:
             timed_out = True
         _kill_group(proc)
+        usage = box.close()  # also kills what escaped the session (a cgroup holds every descendant)
         for t in readers:
             t.join(timeout=10)
     stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
     result, too_big = results[0] if results else (b"", False)
-    return Outcome(proc.returncode, result, stderr, timed_out, too_big)
+    return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage)
 
 
 def _kill_group(proc):

@@ -3,21 +3,21 @@ compute the verdict here from the raw outputs that come back."""
 from __future__ import annotations
 
 import io
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import protocol, source
+from . import jail, limits, protocol, source
 from .diagnose import failure, verdict
 from .exercises import get
 from .messages import Msg, from_child, resolve, text
 from .questions import QUESTIONS, grade_answer
-from . import jail
 from .types import new_seed
 
 CELL_TIMEOUT = 10.0
-TOTAL_TIMEOUT = 120.0
+TOTAL_TIMEOUT = limits.SUBMISSION_BUDGET  # per submission, all its sandbox runs together
 
 
 @dataclass
@@ -26,6 +26,9 @@ class SubmissionReport:
     results: list = field(default_factory=list)  # Result per exercise
     notes: list = field(default_factory=list)    # cell errors and other remarks
     error: str | None = None                     # why nothing could be graded
+    peak_memory: int = 0                         # bytes, the largest of its sandbox runs (0 where not measured)
+    seconds: float = 0.0                         # wall time, set by the batch
+    limit_notes: list = field(default_factory=list, repr=False)  # limits hit by a run that still finished
 
     @property
     def passed(self) -> bool:
@@ -62,21 +65,30 @@ def _answers(raw) -> list:
     latest = {}
     for item in raw[:20]:
         if isinstance(item, (list, tuple)) and len(item) == 2 and item[0] in QUESTIONS:
-            value = item[1] if isinstance(item[1], (int, float, str)) else None
-            latest[item[0]] = str(value)[:80] if isinstance(value, str) else value
+            value = item[1] if type(item[1]) in (int, float, str) else None
+            if type(value) is int and not -(1 << 63) <= value < 1 << 63:  # no 9,000-digit str() in the grader
+                value = float(value) if abs(value) < 1 << 1000 else float("inf")
+            latest[item[0]] = value[:80] if isinstance(value, str) else value
     return [grade_answer(q, v) for q, v in latest.items()]
 
 
-def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False):
+def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, report=None):
     """(data, None) from a run of the harness, or (None, (key, message)) when nothing usable came back."""
     buffer = io.BytesIO()
     torch.save(plan, buffer)
     outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed,
                        with_model=with_model)
+    usage = getattr(outcome, "usage", None) or limits.Usage()
+    if report is not None:
+        report.peak_memory = max(report.peak_memory, usage.peak)
     if outcome.timed_out:
         return None, ("timeout", Msg("run.timeout", seconds=total_timeout))
     if outcome.too_big:
         return None, ("crashed", Msg("run.too_large"))
+    if not outcome.result and usage.hit == "memory":
+        return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
+    if not outcome.result and usage.hit == "processes":
+        return None, ("crashed", Msg("run.over_processes", limit=limits.MAX_TASKS))
     if not outcome.result:
         tail = outcome.stderr_tail.strip().splitlines()[-1:]
         memory = (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137)
@@ -88,6 +100,9 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False):
             raise protocol.BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
+    if usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
+        report.limit_notes.append(Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
+                                  if usage.hit == "memory" else Msg("run.over_processes", limit=limits.MAX_TASKS))
     return data, None
 
 
@@ -125,6 +140,7 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     of its own, the only one where the course's GPT (and so its attention modules) can be imported."""
     path = Path(path)
     report = SubmissionReport(str(path))
+    deadline = time.monotonic() + total_timeout  # the budget covers every sandbox this submission gets
     for ex in exercises or []:
         get(ex)  # a clear error for an unknown exercise
     try:
@@ -156,16 +172,16 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     base = {"cell_timeout": float(cell_timeout), "cells": prepared}
     if exercises:
         data, failed = _sandbox(path, {**base, "exercises": {ex: graded[ex].plan() for ex in exercises}},
-                                total_timeout, slot, sandboxed)
+                                total_timeout, slot, sandboxed, report=report)
         if failed:
             _fail_all(report, exercises, *failed)
         else:
-            report.notes = notes + _notes(data)
+            report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
             report.results += [_verdict(ex, data, graded[ex], imports, forbidden, report.notes) for ex in exercises]
     for ex in models:
-        report.results.append(_grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxed,
-                                                    report))
+        left = max(1.0, deadline - time.monotonic())
+        report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
@@ -179,7 +195,9 @@ def _verdict(ex, data, graded, imports, forbidden, notes):
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
-        return failure(ex, "missing", Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
+        # a cell that failed (a syntax error) is the likelier story than a class never written
+        key = "missing_after_error" if any(getattr(n, "key", "").startswith("cell_") for n in notes) else "missing"
+        return failure(ex, key, Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
     try:
         records = graded.resolve(entry.get("records"))
     except protocol.BadResult as exc:
@@ -198,7 +216,7 @@ def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxe
         return grader.verdict(ex, [], refusals, seed)
     plan = {**base, "exercises": {},
             "models": {ex: {"function": get(ex).contract, "checkpoints": [c.state for c in cases]}}}
-    data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True)
+    data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True, report=report)
     if failed:
         return grader.failure(ex, *failed, seed=seed)
     if not report.notes:

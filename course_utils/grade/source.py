@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from .messages import Msg
 from .exercises import EXERCISES, IDS
+from .messages import Msg
 
 
 class SubmissionError(Exception):
@@ -19,6 +19,10 @@ class SubmissionError(Exception):
 ALLOWED_COURSE_NAMES = {"grade", "check", "data", "device", "viz", "book_inputs", "book_batch", "BOOK_TOKENS",
                         "get_device", "synchronize", "DEVICE_ENV_VAR", "kv_cache_bytes"}
 FORBIDDEN_IN_INTERVIEW = {"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward"}
+# what the grader's own process reads and parses of one submission, checked before any parse: an exercise notebook
+# is under 40 KiB with under 8 KiB of code; a 4 MB literal would cost ast.parse 2 GiB
+MAX_FILE_BYTES = 8 << 20
+MAX_CODE_BYTES = 128 << 10
 
 
 def _text(value) -> str:
@@ -34,16 +38,27 @@ def read_cells(path) -> list[dict]:
     if path.suffix not in (".py", ".ipynb"):
         raise SubmissionError(Msg("source.not_a_submission", name=path.name))
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SubmissionError(Msg("source.cannot_read", name=path.name, error=str(exc))) from None
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SubmissionError(Msg("source.cannot_read", name=path.name, error=exc.strerror or str(exc))) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SubmissionError(Msg("source.too_big", limit=MAX_FILE_BYTES >> 20))
+    if not data.strip():
+        raise SubmissionError(Msg("source.empty"))
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SubmissionError(Msg("source.not_utf8", position=exc.start)) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if path.suffix == ".py":
-        return [{"index": 0, "source": text, "grade_id": None}]
+        return _bounded([{"index": 0, "source": text, "grade_id": None}])
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SubmissionError(Msg("source.invalid_json", name=path.name, error=str(exc))) from None
+        raise SubmissionError(Msg("source.invalid_json", name=path.name, error=str(exc)[:200])) from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise SubmissionError(Msg("source.invalid_json", name=path.name, error=Msg("source.too_deep"))) from None
     raw = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(raw, list):
         raise SubmissionError(Msg("source.no_cells", name=path.name))
@@ -56,6 +71,14 @@ def read_cells(path) -> list[dict]:
         grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
         cells.append({"index": i, "source": _text(cell.get("source")),
                       "grade_id": grade_id if isinstance(grade_id, str) else None})
+    return _bounded(cells)
+
+
+def _bounded(cells: list[dict]) -> list[dict]:
+    """``cells``, or SubmissionError when their code is more than the grader parses."""
+    size = sum(len(c["source"].encode("utf-8", "surrogatepass")) for c in cells)
+    if size > MAX_CODE_BYTES:
+        raise SubmissionError(Msg("source.too_much_code", size=size >> 10, limit=MAX_CODE_BYTES >> 10))
     return cells
 
 
@@ -100,7 +123,7 @@ def strip_magics(source: str) -> str:
 def _parse(source):
     try:
         return ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # deep nesting, null bytes: not Python to read
         return None
 
 

@@ -357,6 +357,26 @@ def _get_ipython_stub():
     return _Shell()
 
 
+def _plain_answer(value):
+    """An answer as a value the result's restricted unpickler accepts: an int of int64 range, a float or a short
+    string (a 9,000-digit int or a str subclass would make the whole result unreadable, zeroing every exercise)."""
+    try:
+        if isinstance(value, bool):
+            return repr(bool(value))
+        if isinstance(value, int):
+            number = int.__index__(value)
+            if -(1 << 63) <= number < 1 << 63:
+                return number
+            return float(number) if number.bit_length() < 1000 else float("inf") if number > 0 else float("-inf")
+        if isinstance(value, float):
+            return float.__float__(value)
+        if isinstance(value, str):
+            return str.__str__(value)[:80]
+        return str(repr(value))[:80]
+    except Exception:  # noqa: BLE001 - a repr that raises is the learner's
+        return "<unreadable answer>"
+
+
 def main(result_fd: int) -> None:
     """Read the plan from stdin, run the submission, write the result to ``result_fd`` (a pipe)."""
     import io
@@ -398,8 +418,7 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
-    answers = [(str(q)[:80], v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else repr(v)[:80])
-               for q, v in learner_grade.ANSWERS[:20]]
+    answers = [(str(q)[:80], _plain_answer(v)) for q, v in learner_grade.ANSWERS[:20]]
     result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 
     def missing(entry, key, **args):

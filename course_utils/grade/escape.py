@@ -1,0 +1,53 @@
+"""Learner text on its way out: to the instructor's terminal, into feedback Markdown, into grades.csv. Whatever a
+submission names (its file name, an exception's class and message) is text to show, never markup or control:
+no terminal escapes, no HTML or headings of its own in the feedback, no spreadsheet formulas."""
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a line seems to say
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile("[\udc80-\udcff]")  # a byte of a file name that is not UTF-8 (os.fsdecode)
+_OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
+# what could make learner text markup in a line of the feedback: raw HTML (as entities), code spans, links and
+# images, and '#' (after the grader's "- " a leading '#' would open a heading); newlines are joined, so no block
+# of its own (heading, quote, table, setext underline) can start. Emphasis with * or _ is left alone: harmless,
+# and identifiers (head_dim) stay readable in the raw file
+_MARKDOWN = re.compile(r"([\\`\[\]#])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}  # entities: literal in every Markdown renderer
+_BLOCK_START = tuple("-+*=|>")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def printable(text, limit: int | None = None) -> str:
+    """``text`` (any object) with control characters shown as \\xNN, on one line; cut to ``limit`` characters."""
+    text = str(text)
+    text = _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xdc00:02x}", text)
+    text = _OTHER_SURROGATE.sub("\ufffd", text)
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 1] + "…"
+    return text
+
+
+def terminal(text) -> str:
+    """A line for the instructor's terminal or a log: no escape sequence, no carriage return, no bidi override;
+    newlines kept only between lines (each line cleaned)."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
+
+
+def markdown(text) -> str:
+    """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted."""
+    text = printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ ")).strip()
+    text = _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
+    return "\\" + text if text.startswith(_BLOCK_START) else text
+
+
+def csv_cell(value) -> str:
+    """A grades.csv cell that a spreadsheet shows as text: no control characters, and a cell that would start a
+    formula gets a leading apostrophe (OWASP's advice for CSV injection)."""
+    text = printable(value)
+    if text[:1] in FORMULA_START or text.lstrip()[:1] in FORMULA_START:
+        text = "'" + text
+    return text
