@@ -581,7 +581,7 @@ FRAMES = {"result.assumed", "compare.cache_layout", "error.plain", "q.line", "ru
           "batch.status", "cli.skipped_line"}
 CATALOGUE.update(JOINS)
 
-# the cases' names (specs, specs_beyond, specs_capstone), shown in "case '...'": the English name is the key
+# the cases' names (grade/exercises/, specs_capstone), shown in "case '...'": the English name is the key
 CASE_TITLES = {
     "gradients of the parameters and the input": "参数和输入的梯度",
     "scores in the hundreds (a large key bias)": "分数上百（键的 bias 很大）",
