@@ -20,13 +20,11 @@ LAYERS = [
         "course_utils.memory",
         "course_utils.viz",
         "course_utils.viz_zh",
-        "course_utils.twins",
-        "course_utils.exercises",
-    ],  # the toolbox (and authoring)
+    ],  # the toolbox
     ["course_utils.reference"],  # the answers
     ["course_utils.capstone"],  # the course's GPT
     ["course_utils.grade.sandbox"],  # what the sandbox mounts
-    ["course_utils.grade.messages"],  # the texts
+    ["course_utils.grade.messages", "course_utils.grade.escape", "course_utils.grade.names"],  # texts, escaping
     ["course_utils.grade.types", "course_utils.grade.records"],  # shared types
     [
         "course_utils.grade.registry",
@@ -34,6 +32,7 @@ LAYERS = [
         "course_utils.grade.specs_beyond",
         "course_utils.grade.specs_capstone",
         "course_utils.grade.jail",
+        "course_utils.grade.limits",
     ],  # computations, process control
     ["course_utils.grade.exercises"],  # one declaration each
     [
@@ -41,9 +40,15 @@ LAYERS = [
         "course_utils.grade.diagnose",
         "course_utils.grade.questions",
         "course_utils.grade.source",
-    ],  # plan, verdict, reading
+        "course_utils.grade.points",
+    ],  # plan, verdict, reading, points
     ["course_utils.grade.runner"],  # one submission
-    ["course_utils.grade.batch", "course_utils.grade.__init__", "course_utils.grade.__main__"],  # entry points
+    [
+        "course_utils.grade.batch",
+        "course_utils.grade.progress",
+        "course_utils.grade.__init__",
+        "course_utils.grade.__main__",
+    ],  # entry points
     ["course_utils.__init__"],  # the re-exports
 ]
 # the harness runs in the sandbox, where course_utils is the learner site's: its check() that only records, and

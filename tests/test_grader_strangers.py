@@ -17,7 +17,7 @@ from course_utils.grade import batch, escape, limits, names, points, runner, sou
 from course_utils.grade.diagnose import failure
 from course_utils.grade.messages import Msg
 from course_utils.grade.progress import Progress
-from course_utils.grade.sandbox import jail
+from course_utils.grade import jail
 from tests.grader_cases.implementations import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]

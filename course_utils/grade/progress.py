@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from .batch import status  # the status in words, as grades.csv has it
 from .escape import terminal
 from .messages import Msg
 from .names import shown
@@ -19,7 +20,6 @@ class Progress:
         self.started = time.monotonic()
 
     def __call__(self, done: int, count: int, name: str, report):
-        from .batch import status  # the status in words, as grades.csv has it
         if self.tty:
             elapsed = time.monotonic() - self.started
             left = elapsed / done * (count - done)
