@@ -51,8 +51,8 @@ def test_solution_notebook_holds_the_graded_reference():
     """The code tested here as REFERENCE is the solution notebook's (the mutants edit what the learner sees)."""
     nb = nbformat.read(ROOT / "solutions" / "13_paged_decode.ipynb", as_version=4)
     solution = next(c.source for c in nb.cells if c.id == "solution")
-    strip = (lambda s: re.sub(r"(?m)^ *### (BEGIN|END) SOLUTION$\n?", "", s).strip())
-    assert strip(solution) == re.sub(r"(?m)  #[A-Z]+$", "", REFERENCE.split("\n\n", 1)[1]).strip()
+    solution = re.sub(r"(?m)^ *### (BEGIN|END) SOLUTION$\n?", "", solution).strip()
+    assert solution == re.sub(r"(?m)  #[A-Z]+$", "", REFERENCE.split("\n\n", 1)[1]).strip()
 
 
 def test_reference_solution_passes():
@@ -107,7 +107,7 @@ def test_mutants_are_distinguishable():
         return [specs.cached_outputs(get(EX).expected, c, v) for c in cases]
 
     def same(a, b):
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             if isinstance(x, Exception) or isinstance(y, Exception):
                 if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
                     return False

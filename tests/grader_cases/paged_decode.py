@@ -2,7 +2,7 @@
 correct implementations in other styles, a stub, and misconception mutants as line edits of the reference
 (``mutate`` from implementations.py). The diagnosis keys are those of the reference's own mutants in
 tests/grader_cases/serving.py where the mistake is the same."""
-from tests.grader_cases.implementations import HEADER, mutate
+from tests.grader_cases.implementations import HEADER
 
 # the solution notebook's code (solutions/13_paged_decode.ipynb), tagged for the mutants
 PAGED_DECODE = HEADER + '''

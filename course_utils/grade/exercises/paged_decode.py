@@ -134,7 +134,7 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     labels = list(dict.fromkeys(label for _, seq_labels in seqs for label in seq_labels))
     num_blocks = len(labels) + len(seqs) + spare  # room for a new block or a copy per sequence
     order = list(range(num_blocks))[::-1] if reverse else torch.randperm(num_blocks, generator=g).tolist()
-    physical = dict(zip(labels, order))
+    physical = dict(zip(labels, order[:len(labels)], strict=True))
     width = max(-(-(n + 1) // block_size) for n, _ in seqs)
     tables = torch.full((len(seqs), width), -1, dtype=torch.long)
     for b, (n, seq_labels) in enumerate(seqs):
