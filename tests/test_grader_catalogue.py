@@ -13,8 +13,8 @@ from course_utils.grade.protocol import Graded, run_in_process
 from tests.grader_cases.implementations import (ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT,
                                                 mutate)
 
-# exercises 08-10 have their own grader tests (test_grader_beyond.py)
-EXERCISES = tuple(ex for ex in IDS if ex not in ("rope", "online_softmax", "mla", "induction_head"))
+# exercises 08-10 have their own grader tests (test_grader_beyond.py), exercise 13 too (test_grader_paged_decode.py)
+EXERCISES = tuple(ex for ex in IDS if ex not in ("rope", "online_softmax", "mla", "induction_head", "paged_decode"))
 
 
 def load(src, name):

@@ -300,6 +300,45 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix is built: compute one "
                                    "(block, block) tile of scores at a time",
                                    "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵：应当一次只算一个 (block, block) 的分数分块"),
+    # exercise 13 (paged_decode): the paged cache's slots and copy-on-write, split-K's merge
+    "mutant.block_table_slot_without_block_size": (
+        "slot = block_table[pos // block_size] + pos % block_size: a block number is not a slot number; multiply it "
+        "by block_size",
+        "slot = block_table[pos // block_size] + pos % block_size：块号不是槽位号，要先乘以 block_size"),
+    "mutant.block_table_ignored": (
+        "the sequence's tokens were read as if its blocks were adjacent in the pool: look each position's block up "
+        "in the block table, block_table[pos // block_size]",
+        "把序列的 token 当成在池中连续存放来读：每个位置的块要到块表里查，block_table[pos // block_size]"),
+    "mutant.shared_block_written_without_copy": (
+        "a block another sequence also lists was written in place, changing that sequence's tokens: copy the block "
+        "into a free one first and point the table there (copy-on-write)",
+        "直接写入了另一条序列也在用的共享块，改掉了那条序列的 token：先把这个块复制到一个空闲块，让块表指向新块，"
+        "再写入（写时复制）"),
+    "mutant.copy_on_write_without_data": (
+        "copy-on-write took a free block but did not copy the shared block's tokens into it",
+        "写时复制拿到了空闲块，但没有把共享块里已有的 token 复制过去"),
+    "mutant.new_token_not_attended": (
+        "the new token's own key and value are written but not attended: each sequence attends to seq_len + 1 "
+        "tokens",
+        "新 token 的键和值写进去了，却没有参与注意力：每条序列要看 seq_len + 1 个 token"),
+    "mutant.merge_without_rescaling": (
+        "the chunks' outputs were averaged: weight each out_i by exp(lse_i - max lse), then divide by the sum of "
+        "the weights",
+        "直接对各块的输出取了平均：要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和"),
+    "mutant.merge_summed": (
+        "the chunks' outputs were added: each is already normalised by its own chunk's sum; weight them by "
+        "exp(lse_i - max lse) and divide by the sum of the weights",
+        "直接把各块的输出相加：每个 out_i 已经按本块自己的和归一化过，要用 exp(lse_i - max lse) 加权，再除以权重之和"),
+    "mutant.merge_without_max": (
+        "the merge computes exp(lse_i) without subtracting the largest lse, which overflows for large scores: use "
+        "exp(lse_i - max lse)",
+        "合并时直接算 exp(lse_i)，没有减去最大的 lse，分数大时会溢出：要用 exp(lse_i - max lse)"),
+    "mutant.merge_not_normalised": (
+        "the weighted chunk outputs were not divided by the sum of the weights",
+        "各块输出加权求和之后，没有除以权重之和"),
+    "mutant.merge_wrong_lse": (
+        "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",
+        "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)"),
     "mutant.mla_cache_up_projected": ("the cache holds up-projected per-head keys/values: MLA caches only the latent "
                                       "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)",
                                       "缓存里存的是上投影后每个头的键/值：MLA 只缓存潜在向量 c_kv (b, n, kv_latent_dim) "
@@ -633,6 +672,16 @@ CASE_TITLES = {
     "causal, 24 tokens, 2 heads, block 5, scores in the hundreds (exp overflows without the running max)":
         "因果，24 个 token，2 个头，block 5，分数上百（不减运行最大值时 exp 会溢出）",
     "not causal, 16 queries x 16 keys, one block of 32": "非因果，16 个查询 × 16 个键，只有一个大小为 32 的 block",
+    "3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits":
+        "3 条序列，已缓存 3、8、13 个 token，大小为 4 的块在池中倒序分散，切成 3 段",
+    "a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits":
+        "一条序列在第 6 个 token 后 fork：父子序列共享一个半满的块，切成 2 段",
+    "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits":
+        "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
+    "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits":
+        "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
+    "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits":
+        "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
     "2 heads of 4, d_in=6, latent 6, rope_dim 2: a chunk of 3 explicit, then 2 and 1 absorbed, then all 6 without "
     "the cache": "2 个头，每个宽 4，d_in=6，潜在维度 6，rope_dim 2：先显式计算 3 个 token，再用矩阵吸收依次算 2 个和 "
                  "1 个，最后不带缓存算全部 6 个",

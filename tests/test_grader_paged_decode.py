@@ -1,0 +1,223 @@
+"""The grader on exercise 13 (paged_decode): one decode step through a paged KV cache (copy-on-write) with a
+split-K merge. The solution and alternative correct implementations pass, stubs say "not implemented", every
+misconception gets its own named diagnosis (in the notebook's kernel and in the sandbox), and the grader's
+reference computes what course_utils' checked paged cache and split-K compute."""
+import linecache
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import course_utils as cu
+from course_utils.grade import check, grade_class, runner, specs
+from course_utils.grade.diagnose import compare
+from course_utils.grade.exercises import get
+from course_utils.grade.exercises.paged_decode import PagedVariant
+from tests.grader_cases import serving
+from tests.grader_cases.implementations import mutate
+from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STUB
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = "paged_decode"
+
+
+def load(src, name="paged_decode"):
+    ns = {"__name__": "learner"}
+    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
+    exec(compile(src, "<learner>", "exec"), ns)
+    return ns[name]
+
+
+def grade(src):
+    return grade_class(EX, load(src))
+
+
+# the interleaved alternative without its copy-on-write branch: a shared block written in place, each sequence
+# read right after its own write (so the mistake shows only where a later write lands in an earlier reader's block)
+INTERLEAVED_NO_COPY = ALTERNATIVES["interleaved_running_merge"].replace(
+    "        elif sum(t.count(table[-1]) for t in tables) > 1:", "        elif False:")
+
+
+def test_registered():
+    ex = get(EX)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == ("function", "paged_decode", 3,
+                                                                         "13_paged_decode", 13)
+    assert ex.correct == PagedVariant() and len(ex.make_cases()) == 5
+
+
+def test_solution_notebook_holds_the_graded_reference():
+    """The code tested here as REFERENCE is the solution notebook's (the mutants edit what the learner sees)."""
+    nb = nbformat.read(ROOT / "solutions" / "13_paged_decode.ipynb", as_version=4)
+    solution = next(c.source for c in nb.cells if c.id == "solution")
+    solution = re.sub(r"(?m)^ *### (BEGIN|END) SOLUTION$\n?", "", solution).strip()
+    assert solution == re.sub(r"(?m)  #[A-Z]+$", "", REFERENCE.split("\n\n", 1)[1]).strip()
+
+
+def test_reference_solution_passes():
+    result = grade(REFERENCE)
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("alt", sorted(ALTERNATIVES))
+def test_alternative_correct_implementations_pass(alt):
+    assert len(ALTERNATIVES) >= 2
+    result = grade(ALTERNATIVES[alt])
+    assert result, result.report()
+
+
+def test_stub_is_not_implemented():
+    result = grade(STUB)
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+    # the exercise notebook's stubs: paged_decode written, merge_partials still a stub
+    half = REFERENCE.replace("    m = lses.amax(dim=0)  #MAX", "    raise NotImplementedError('your code here')")
+    result = grade(half)
+    assert not result and result.diagnosis == "not_implemented", result.report()
+
+
+@pytest.mark.parametrize("key,edits", MUTANTS + [("shared_block_written_without_copy", INTERLEAVED_NO_COPY)],
+                         ids=[f"{key}-{i}" for i, (key, _) in enumerate(MUTANTS + [("no_copy_interleaved", 0)])])
+def test_mutant_gets_its_diagnosis(key, edits):
+    result = grade(edits if isinstance(edits, str) else mutate(REFERENCE, edits))
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
+
+
+def test_catalogue():
+    keys = {m.key for m in get(EX).mutants()}
+    assert len({k for k, _ in MUTANTS}) >= 4 and len(keys) >= 5
+    # the mistakes issue 23 names: block-table index math, a shared block written without copy, partials merged
+    # without rescaling or without the max
+    assert {"block_table_slot_without_block_size", "block_table_ignored", "shared_block_written_without_copy",
+            "merge_without_rescaling", "merge_without_max"} <= keys
+    # the same mistakes as the reference's own mutants (tests/grader_cases/serving.py) go by the same names
+    shared = keys & set(serving.MUTANTS)
+    assert shared >= {"block_table_slot_without_block_size", "shared_block_written_without_copy",
+                      "copy_on_write_without_data", "merge_without_max", "merge_not_normalised"}, shared
+    assert {k for k, _ in MUTANTS} <= keys
+
+
+def test_mutants_are_distinguishable():
+    """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
+    cases = get(EX).make_cases(seed=1)
+
+    def outs(v):
+        return [specs.cached_outputs(get(EX).expected, c, v) for c in cases]
+
+    def same(a, b):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, Exception) or isinstance(y, Exception):
+                if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
+                    return False
+            elif compare(x, y) is not None:
+                return False
+        return True
+
+    ref = outs(get(EX).correct)
+    assert not any(isinstance(r, Exception) for r in ref)
+    found = get(EX).mutants()
+    for i, m in enumerate(found):
+        assert not same(outs(m.variant), ref), m
+        for earlier in found[:i]:
+            assert earlier.key == m.key or not same(outs(m.variant), outs(earlier.variant)), (earlier.key, m.key)
+
+
+def test_merge_without_the_max_overflows_only_on_large_scores():
+    """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
+    cases = get(EX).make_cases(seed=2)
+    no_max = PagedVariant(merge="no_max")
+    nan_cases = [c.name for c in cases if torch.isnan(get(EX).expected(c, no_max)["step1.out"]).any()]
+    assert nan_cases == [cases[-1].name] and "hundreds" in cases[-1].name
+
+
+# ---------------------------------------------------------------- the grader's reference vs course_utils
+
+def _contiguous(args, b):
+    """Sequence b's cached keys and values in position order, its new token appended: (H, n + 1, d) each."""
+    query, new_keys, new_values, key_pool, value_pool, tables, lens, _ = args
+    block_size = key_pool.shape[1]
+    pos = torch.arange(int(lens[b]))
+    slots = tables[b, pos // block_size] * block_size + pos % block_size
+    keys = torch.cat([key_pool.flatten(0, 1)[slots], new_keys[b][None]]).transpose(0, 1)
+    values = torch.cat([value_pool.flatten(0, 1)[slots], new_values[b][None]]).transpose(0, 1)
+    return keys, values
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_grader_reference_equals_course_utils(seed):
+    """Each sequence read through its table equals course_utils' split-K over the contiguous cache (the pool
+    as it was before the step: copy-on-write leaves every other sequence's tokens alone), and SDPA in float64."""
+    for case in get(EX).make_cases(seed=seed):
+        args = case.calls[0].args
+        expected = get(EX).expected(case, get(EX).correct)
+        for b in range(args[0].shape[0]):
+            keys, values = _contiguous(args, b)
+            q = args[0][b][:, None]  # (H, 1, d)
+            out, lse = cu.split_k_attention(q, keys, values, num_splits=min(args[-1], keys.shape[1]))
+            torch.testing.assert_close(expected["step1.out"][b], out[:, 0], rtol=2e-4, atol=2e-5)
+            torch.testing.assert_close(expected["step1.lse"][b], lse[:, 0], rtol=2e-5, atol=2e-5)
+            sdpa = torch.nn.functional.scaled_dot_product_attention(q.double(), keys.double(), values.double())
+            torch.testing.assert_close(expected["step1.out"][b].double(), sdpa[:, 0], rtol=1e-4, atol=1e-4)
+
+
+def test_grader_reference_equals_the_paged_cache():
+    """A fork sharing a half-filled block, decoded through cu.PagedKVCache (copy-on-write on append) and
+    cu.paged_attention, against the grader's reference run on the same pool."""
+    torch.manual_seed(0)
+    H, d, bs = 2, 8, 4
+    cache = cu.PagedKVCache(num_blocks=12, block_size=bs, num_kv_heads=H, head_dim=d)
+    cache.add_sequence("p")
+    cache.append("p", torch.randn(H, 6, d), torch.randn(H, 6, d))
+    cache.fork("p", "c")
+    cache.add_sequence("o")
+    cache.append("o", torch.randn(H, 8, d), torch.randn(H, 8, d))
+    seqs = ["p", "c", "o"]
+    tables = torch.full((3, 4), -1, dtype=torch.long)
+    for row, s in enumerate(seqs):
+        tables[row, :len(cache.block_tables[s])] = torch.tensor(cache.block_tables[s])
+    lens = torch.tensor([cache.seq_lens[s] for s in seqs])
+    query, k_new, v_new = (torch.randn(3, H, d) for _ in range(3))
+    case = specs.Case("fork", {}, {}, [specs.Call(query, args=(query, k_new, v_new, cache.key_pool.clone(),
+                                                                cache.value_pool.clone(), tables, lens, 3))])
+    expected = get(EX).expected(case, get(EX).correct)
+    for row, s in enumerate(seqs):
+        cache.append(s, k_new[row, :, None], v_new[row, :, None])
+    torch.testing.assert_close(expected["step1.out"], cu.paged_attention(query, cache, seqs))
+
+
+# ---------------------------------------------------------------- the notebook's check and the sandbox
+
+def test_check_prints_for_the_function(capsys):
+    assert check(EX, load(REFERENCE))
+    assert not check(EX, None)
+    out = capsys.readouterr().out
+    assert "✅ paged_decode: all 6 checks passed" in out
+    assert "not implemented yet: define function paged_decode" in out
+
+
+def test_course_utils_used_as_a_submission_gets_no_credit():
+    src = REFERENCE.replace("    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
+                            "    import course_utils\n    return course_utils.merge_partials(outs, lses)")
+    refused = grade(src)
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+@pytest.mark.requires_sandbox
+def test_graded_in_the_sandbox(tmp_path):
+    """Submissions as files, through the sandboxed runner: the solution and an alternative pass, two mistakes
+    are named."""
+    subs = {"ref": REFERENCE, "alt": ALTERNATIVES["vectorised_softmax_merge"],
+            "no_copy": mutate(REFERENCE, dict(MUTANTS)["shared_block_written_without_copy"]),
+            "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"])}
+    found = {}
+    for name, src in subs.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("paged_decode", paged_decode)\n')
+        report = runner.grade_file(path, sandboxed=True)
+        assert [r.exercise for r in report.results] == [EX], report.to_dict()
+        found[name] = report.results[0]
+    assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
+    assert found["no_copy"].diagnosis == "shared_block_written_without_copy", found["no_copy"].report()
+    assert found["no_max"].diagnosis == "merge_without_max", found["no_max"].report()
