@@ -3,6 +3,7 @@ say "not implemented", every misconception gets its own named diagnosis (in-proc
 grader's reference computes what course_utils' RingKVCache and sliding_window_mask_at compute."""
 import linecache
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,10 +16,10 @@ from course_utils.grade.exercises import get
 from course_utils.grade.exercises.sliding_window import WindowVariant, slot_positions
 from tests.grader_cases import long_context
 from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT
-from tests.grader_cases.sliding_window import (ALTERNATIVES, LONG_CONTEXT_KEYS, MUTANTS, REFERENCE,
-                                               mutant_source)
+from tests.grader_cases.sliding_window import ALTERNATIVES, LONG_CONTEXT_KEYS, MUTANTS, REFERENCE, mutant_source
 
 EXERCISE = "sliding_window"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(src, name="SlidingWindowAttention"):
@@ -81,7 +82,7 @@ def test_mutants_are_distinguishable():
         return [specs.cached_outputs(ex.expected, c, v) for c in cases]
 
     def same(a, b):
-        return all(compare(x, y) is None for x, y in zip(a, b))
+        return all(compare(x, y) is None for x, y in zip(a, b, strict=True))
 
     ref = outs(ex.correct)
     found = ex.mutants()
@@ -152,15 +153,24 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
 # ---------------------------------------------------------------- in the sandbox
 
 @pytest.mark.requires_sandbox
-def test_sandbox_grades_the_solution_alternatives_and_a_mutant(tmp_path):
-    sources = {"reference": REFERENCE, **ALTERNATIVES,
-               "mutant": mutant_source(dict(MUTANTS)["ring_read_in_slot_order"])}
-    for name, src in sources.items():
+def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp_path):
+    sandboxed = jail.probe() is None
+    sources = {"reference": (REFERENCE, None), **{name: (src, None) for name, src in ALTERNATIVES.items()},
+               **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in LONG_CONTEXT_KEYS.values()}}
+    # the issue's four mistakes in the sandbox; every mutant is graded in-process above
+    for name, (src, key) in sources.items():
         path = tmp_path / f"{name}.py"
         path.write_text(src)
-        report = runner.grade_file(path, [EXERCISE], sandboxed=jail.probe() is None)
-        result = report.results[0]
-        if name == "mutant":
-            assert not result and result.diagnosis == "ring_read_in_slot_order", result.report()
-        else:
+        result = runner.grade_file(path, [EXERCISE], sandboxed=sandboxed).results[0]
+        if key is None:
             assert result and result.score == 1.0, (name, result.report())
+        else:
+            assert not result and result.diagnosis == key, (name, result.report())
+
+
+@pytest.mark.requires_sandbox
+def test_sandbox_the_generated_exercise_is_not_implemented():
+    # the solution notebooks are graded in the sandbox by test_grader_solutions.py
+    blank = runner.grade_file(ROOT / "exercises" / "12_sliding_window.ipynb", sandboxed=jail.probe() is None)
+    assert [r.diagnosis for r in blank.results] == ["not_implemented"], blank.to_dict()
+    assert "not implemented yet" in blank.results[0].summary

@@ -46,7 +46,8 @@ class SlidingWindowAttention(nn.Module):
             cache_v = values.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_V
         else:
             cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()
-        held = list(range(min(self.num_sinks, start_pos))) + list(range(max(self.num_sinks, start_pos - self.window), start_pos))
+        held = (list(range(min(self.num_sinks, start_pos)))
+                + list(range(max(self.num_sinks, start_pos - self.window), start_pos)))
         slots = [self.slot(p) for p in held]  #READ
         all_k = torch.cat([cache_k[:, :, slots], keys], dim=2)  #ALL_K
         all_v = torch.cat([cache_v[:, :, slots], values], dim=2)  #ALL_V
@@ -199,7 +200,8 @@ GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
             cache_v = values.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_V
         else:
             cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()
-        held = list(range(min(self.num_sinks, start_pos))) + list(range(max(self.num_sinks, start_pos - self.window), start_pos))
+        held = (list(range(min(self.num_sinks, start_pos)))
+                + list(range(max(self.num_sinks, start_pos - self.window), start_pos)))
         slots = [self.slot(p) for p in held]  #READ
         all_k = torch.cat([cache_k[:, :, slots], keys], dim=2)  #ALL_K
         all_v = torch.cat([cache_v[:, :, slots], values], dim=2)  #ALL_V
