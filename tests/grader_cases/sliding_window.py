@@ -1,0 +1,228 @@
+"""Learner-style code for exercise 12 (sliding_window): the solution notebook's class (lines tagged ``#TAG``), two
+alternative correct implementations in other styles, and the misconception mutants as line edits of the reference
+(``mutate``) or, where one mistake changes several lines, as a whole source.
+
+The mistakes are the ones ``long_context.MUTANTS`` patches into ``course_utils.reference.sliding_window``, written
+the way a learner writes them: ``LONG_CONTEXT_KEYS`` maps each of those to the grader's diagnosis."""
+from tests.grader_cases.implementations import HEADER, mutate
+
+REFERENCE = HEADER + '''
+def rope_angles(positions, head_dim, base):
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq
+    return torch.cat([angles, angles], dim=-1)
+
+
+def apply_rope(x, angles):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * angles.cos() + torch.cat([-x2, x1], dim=-1) * angles.sin()
+
+
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.window, self.num_sinks, self.rope_base = window, num_sinks, rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def slot(self, position):
+        if position < self.num_sinks:
+            return position
+        return self.num_sinks + (position - self.num_sinks) % self.window  #SLOT
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, _ = x.shape
+        split = lambda t: t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        queries, keys, values = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
+        positions = list(range(start_pos, start_pos + n))
+        angles = rope_angles(torch.tensor(positions), self.head_dim, self.rope_base)  #ANGLES
+        queries, keys = apply_rope(queries, angles), apply_rope(keys, angles)  #ROTATE
+        size = self.num_sinks + self.window
+        if past_key_value is None:
+            cache_k = keys.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_K
+            cache_v = values.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_V
+        else:
+            cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()
+        held = (list(range(min(self.num_sinks, start_pos)))
+                + list(range(max(self.num_sinks, start_pos - self.window), start_pos)))
+        slots = [self.slot(p) for p in held]  #READ
+        all_k = torch.cat([cache_k[:, :, slots], keys], dim=2)  #ALL_K
+        all_v = torch.cat([cache_v[:, :, slots], values], dim=2)  #ALL_V
+        q_pos = torch.tensor(positions)[:, None]
+        k_pos = torch.tensor(held + positions)[None, :]
+        too_old = (k_pos <= q_pos - self.window) & (k_pos >= self.num_sinks)  #WINDOW
+        hide = (k_pos > q_pos) | too_old
+        scores = queries @ all_k.transpose(2, 3) / math.sqrt(self.head_dim)
+        weights = torch.softmax(scores.masked_fill(hide, -torch.inf), dim=-1)
+        context = (weights @ all_v).transpose(1, 2).reshape(b, n, self.d_out)
+        for i, p in enumerate(positions):
+            cache_k[:, :, self.slot(p)] = keys[:, :, i]  #WRITE_K
+            cache_v[:, :, self.slot(p)] = values[:, :, i]  #WRITE_V
+        present = (cache_k, cache_v) if use_cache else None  #PRESENT
+        return self.out_proj(context), present
+'''
+
+# --- alternative correct implementations --------------------------------------------------------------
+
+# Every slot read in slot order, each with the position it holds (computed, not reordered); vectorised writes of
+# only the last `window` new tokens with index_copy_; the window as a band of position differences.
+BY_SLOT_POSITIONS = HEADER + '''
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.h, self.hd, self.w, self.s = num_heads, d_out // num_heads, window, num_sinks
+        inv = rope_base ** (-torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def rope(self, x, pos):
+        ang = pos.double()[:, None] * self.inv_freq
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        a, b = x[..., : self.hd // 2], x[..., self.hd // 2:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+    def slot_positions(self, seen):
+        sinks = torch.arange(self.s)
+        r = torch.arange(self.w)
+        ring = seen - 1 - (seen - 1 - self.s - r) % self.w  # the newest position that went into ring slot r
+        pos = torch.cat([sinks, ring])
+        ok = torch.cat([sinks < seen, (ring >= self.s) & (ring < seen)])
+        return torch.where(ok, pos, torch.full_like(pos, -10**9))
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        B, T, _ = x.shape
+        heads = lambda t: t.reshape(B, T, self.h, self.hd).permute(0, 2, 1, 3)
+        pos = torch.arange(start_pos, start_pos + T)
+        q = self.rope(heads(self.W_query(x)), pos)
+        k = self.rope(heads(self.W_key(x)), pos)
+        v = heads(self.W_value(x))
+        if past_key_value is None:
+            ck = torch.zeros(B, self.h, self.s + self.w, self.hd)
+            cv = torch.zeros_like(ck)
+        else:
+            ck, cv = past_key_value
+        kpos = torch.cat([self.slot_positions(start_pos), pos])
+        dist = pos[:, None] - kpos[None, :]
+        visible = (dist >= 0) & ((dist < self.w) | ((kpos[None, :] >= 0) & (kpos[None, :] < self.s)))
+        visible &= kpos[None, :] >= 0
+        att = torch.einsum("bhqd,bhkd->bhqk", q, torch.cat([ck, k], 2)) * self.hd ** -0.5
+        att = att.masked_fill(~visible, float("-inf")).softmax(-1)
+        y = torch.einsum("bhqk,bhkd->bhqd", att, torch.cat([cv, v], 2))
+        out = self.out_proj(y.permute(0, 2, 1, 3).reshape(B, T, -1))
+        if not use_cache:
+            return out, None
+        keep = pos < self.s  # sinks: their own slots
+        keep |= pos >= max(self.s, start_pos + T - self.w)  # the ring keeps only the last `window` tokens
+        slots = torch.where(pos < self.s, pos, self.s + (pos - self.s) % self.w)[keep]
+        ck = ck.clone().index_copy_(2, slots, k[:, :, keep])
+        cv = cv.clone().index_copy_(2, slots, v[:, :, keep])
+        return out, (ck, cv)
+'''
+
+# One token at a time, write first, then attend to every slot written so far: a ring of `window` slots then holds
+# exactly the window i - window + 1 .. i, so no position mask is needed, only "written yet?".
+TOKEN_BY_TOKEN = HEADER + '''
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.num_heads, self.window, self.num_sinks, self.base = num_heads, window, num_sinks, rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def rotate(self, x, p):  # x (..., hd) at one position p
+        hd = x.shape[-1]
+        theta = p * self.base ** (-torch.arange(0, hd, 2).float() / hd)
+        c, s = torch.cos(theta).repeat(2), torch.sin(theta).repeat(2)
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return x * c + torch.cat((-x2, x1), -1) * s
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, d = x.shape
+        nh = self.num_heads
+        hd = self.W_query.out_features // nh
+        Q = self.W_query(x).view(b, n, nh, hd)
+        K = self.W_key(x).view(b, n, nh, hd)
+        V = self.W_value(x).view(b, n, nh, hd)
+        size = self.num_sinks + self.window
+        if past_key_value is None:
+            keys, vals = x.new_zeros(b, nh, size, hd), x.new_zeros(b, nh, size, hd)
+        else:
+            keys, vals = (t.clone() for t in past_key_value)
+        outs = []
+        for t in range(n):
+            p = start_pos + t
+            s = p if p < self.num_sinks else self.num_sinks + (p - self.num_sinks) % self.window
+            keys[:, :, s] = self.rotate(K[:, t], p)
+            vals[:, :, s] = V[:, t]
+            written = torch.zeros(size, dtype=torch.bool)
+            written[: min(self.num_sinks, p + 1)] = True
+            written[self.num_sinks: self.num_sinks + min(self.window, max(0, p + 1 - self.num_sinks))] = True
+            q = self.rotate(Q[:, t], p)  # (b, nh, hd)
+            w = torch.einsum("bhd,bhkd->bhk", q, keys) / math.sqrt(hd)
+            w = torch.softmax(w.masked_fill(~written, float("-inf")), dim=-1)
+            outs.append(torch.einsum("bhk,bhkd->bhd", w, vals).reshape(b, nh * hd))
+        return self.out_proj(torch.stack(outs, dim=1)), ((keys, vals) if use_cache else None)
+'''
+
+ALTERNATIVES = {"by_slot_positions": BY_SLOT_POSITIONS, "token_by_token": TOKEN_BY_TOKEN}
+
+# --- misconception mutants: (expected diagnosis key, edits of the reference or a whole source) ----------------
+
+_SLOT_ORDER = {"READ": "slots = sorted(self.slot(p) for p in held)  # slot 0 first, not the oldest"}
+
+MUTANTS = [
+    ("window_off_by_one", {"WINDOW": "too_old = (k_pos < q_pos - self.window) & (k_pos >= self.num_sinks)"}),
+    ("window_off_by_one", {"WINDOW": "too_old = (k_pos <= q_pos - self.window + 1) & (k_pos >= self.num_sinks)"}),
+    ("ring_read_in_slot_order", _SLOT_ORDER),
+    ("rope_positions_reset_at_wrap", {
+        "ANGLES": "angles = rope_angles(torch.tensor([self.slot(p) for p in positions]), self.head_dim, "
+                  "self.rope_base)"}),
+    ("sinks_evicted", {"WINDOW": "too_old = k_pos <= q_pos - self.window"}),
+    ("ring_keys_cached_before_rope", {
+        "ROTATE": "queries, keys, raw_keys = apply_rope(queries, angles), apply_rope(keys, angles), keys",
+        "ALL_K": "all_k = torch.cat([apply_rope(cache_k[:, :, slots], rope_angles(torch.tensor(held), self.head_dim, "
+                 "self.rope_base)), keys], dim=2)",
+        "WRITE_K": "cache_k[:, :, self.slot(p)] = raw_keys[:, :, i]"}),
+]
+
+# the cache grows: nothing evicted, positions counted back from start_pos
+GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
+        if past_key_value is None:
+            cache_k = keys.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_K
+            cache_v = values.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_V
+        else:
+            cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()
+        held = (list(range(min(self.num_sinks, start_pos)))
+                + list(range(max(self.num_sinks, start_pos - self.window), start_pos)))
+        slots = [self.slot(p) for p in held]  #READ
+        all_k = torch.cat([cache_k[:, :, slots], keys], dim=2)  #ALL_K
+        all_v = torch.cat([cache_v[:, :, slots], values], dim=2)  #ALL_V
+''', '''        all_k, all_v = keys, values
+        if past_key_value is not None:
+            all_k = torch.cat([past_key_value[0], keys], dim=2)
+            all_v = torch.cat([past_key_value[1], values], dim=2)
+        held = list(range(start_pos - (all_k.shape[2] - n), start_pos))
+''').replace('''        for i, p in enumerate(positions):
+            cache_k[:, :, self.slot(p)] = keys[:, :, i]  #WRITE_K
+            cache_v[:, :, self.slot(p)] = values[:, :, i]  #WRITE_V
+        present = (cache_k, cache_v) if use_cache else None  #PRESENT
+''', '''        present = (all_k, all_v) if use_cache else None
+''')
+assert GROWS != REFERENCE and "cache_k" not in GROWS
+MUTANTS.append(("ring_cache_grows", GROWS))
+
+# tests/grader_cases/long_context.MUTANTS (the reference's mistakes) -> the grader's diagnosis of the same mistake
+LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ring_read_in_slot_order",
+                     "rope_reset_at_wrap": "rope_positions_reset_at_wrap", "sinks_evicted": "sinks_evicted"}
+
+
+def mutant_source(edits) -> str:
+    return edits if isinstance(edits, str) else mutate(REFERENCE, edits)

@@ -1,0 +1,176 @@
+"""The grader on exercise 12 (sliding_window): the solution and two alternative correct implementations pass, stubs
+say "not implemented", every misconception gets its own named diagnosis (in-process and in the sandbox), and the
+grader's reference computes what course_utils' RingKVCache and sliding_window_mask_at compute."""
+import linecache
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import course_utils as cu
+from course_utils.grade import grade_class, jail, runner, specs
+from course_utils.grade.diagnose import compare
+from course_utils.grade.exercises import get
+from course_utils.grade.exercises.sliding_window import WindowVariant, slot_positions
+from tests.grader_cases import long_context
+from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT
+from tests.grader_cases.sliding_window import ALTERNATIVES, LONG_CONTEXT_KEYS, MUTANTS, REFERENCE, mutant_source
+
+EXERCISE = "sliding_window"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(src, name="SlidingWindowAttention"):
+    ns = {"__name__": "learner"}
+    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
+    exec(compile(src, "<learner>", "exec"), ns)
+    return ns[name]
+
+
+def grade(src):
+    return grade_class(EXERCISE, load(src))
+
+
+def test_registered():
+    ex = get(EXERCISE)
+    assert ex.kind == "class" and ex.points == 3 and ex.notebook == "12_sliding_window"
+    assert ex.correct == WindowVariant() and ex.make_cases()
+
+
+def test_reference_solution_passes():
+    result = grade(REFERENCE)
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("alt", ALTERNATIVES)
+def test_alternative_correct_implementations_pass(alt):
+    assert len(ALTERNATIVES) >= 2
+    result = grade(ALTERNATIVES[alt])
+    assert result, result.report()
+
+
+@pytest.mark.parametrize("stub", [STUB_FORWARD, STUB_INIT], ids=["forward", "init"])
+def test_stub_is_not_implemented(stub):
+    result = grade(stub.format(name="SlidingWindowAttention"))
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+
+@pytest.mark.parametrize("key,edits", MUTANTS, ids=[f"{key}-{i}" for i, (key, _) in enumerate(MUTANTS)])
+def test_mutant_gets_its_diagnosis(key, edits):
+    result = grade(mutant_source(edits))
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in get(EXERCISE).mutants() if m.key == key)
+
+
+def test_catalogue_names_the_issues_mistakes():
+    keys = {m.key for m in get(EXERCISE).mutants()}
+    assert len({k for k, _ in MUTANTS}) >= 4 and len(keys) >= 5
+    # the reference's mistakes (tests/grader_cases/long_context.py) all have a diagnosis, and a learner-style mutant
+    assert set(LONG_CONTEXT_KEYS) == set(long_context.MUTANTS)
+    assert set(LONG_CONTEXT_KEYS.values()) <= keys & {k for k, _ in MUTANTS}
+
+
+def test_mutants_are_distinguishable():
+    """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
+    ex = get(EXERCISE)
+    cases = ex.make_cases()
+
+    def outs(v):
+        return [specs.cached_outputs(ex.expected, c, v) for c in cases]
+
+    def same(a, b):
+        return all(compare(x, y) is None for x, y in zip(a, b, strict=True))
+
+    ref = outs(ex.correct)
+    found = ex.mutants()
+    for i, m in enumerate(found):
+        assert not same(outs(m.variant), ref), m
+        for earlier in found[:i]:
+            assert earlier.key == m.key or not same(outs(m.variant), outs(earlier.variant)), (earlier.key, m.key)
+
+
+def test_slot_positions():
+    # window 3, 2 sinks: after 9 tokens the sinks hold 0, 1 and the ring slots 0, 1, 2 hold 8, 6, 7
+    assert slot_positions(9, 3, 2).tolist() == [0, 1, 8, 6, 7]
+    assert slot_positions(3, 3, 2).tolist() == [0, 1, 2, -1, -1]
+    assert slot_positions(1, 3, 2).tolist() == [0, -1, -1, -1, -1]
+    assert slot_positions(0, 4, 0).tolist() == [-1, -1, -1, -1]
+
+
+# ---------------------------------------------------------------- the grader's reference vs course_utils
+
+def _course_utils_outputs(case):
+    """The case run through cu.RingKVCache, cu.rope and cu.sliding_window_mask_at (an independent formulation)."""
+    c, p = case.ctor, case.params
+    nh, hd, window, sinks = c["num_heads"], c["d_out"] // c["num_heads"], c["window"], c["num_sinks"]
+    outs, cache = {}, None
+    for i, call in enumerate(case.calls):
+        b, n, _ = call.x.shape
+        q, k, v = (F.linear(call.x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2)
+                   for role in ("query", "key", "value"))
+        if not isinstance(call.past, int):  # a new cache, or the grader's given ring loaded into one
+            cache = cu.RingKVCache(b, nh, window, hd, num_sinks=sinks)
+            if call.past == "given":
+                given_k, given_v = case.given_past
+                cache.sink_keys[:], cache.ring_keys[:] = given_k[:, :, :sinks], given_k[:, :, sinks:]
+                cache.sink_values[:], cache.ring_values[:] = given_v[:, :, :sinks], given_v[:, :, sinks:]
+                cache.seen = call.kwargs["start_pos"]
+        positions = cache.next_positions(n)
+        assert positions[0] == call.kwargs["start_pos"]
+        q, k = cu.rope(q, positions, c["rope_base"]), cu.rope(k, positions, c["rope_base"])
+        keys, values = cache.update(k, v)
+        hide = cu.sliding_window_mask_at(positions, cache.key_positions, window=window, num_sinks=sinks)
+        weights = torch.softmax((q @ keys.transpose(-2, -1) / math.sqrt(hd)).masked_fill(hide, -torch.inf), -1)
+        context = (weights @ values).transpose(1, 2).reshape(b, n, -1)
+        outs[f"step{i + 1}.out"] = F.linear(context, p["out_proj.weight"], p["out_proj.bias"])
+        if call.use_cache:
+            outs[f"step{i + 1}.keys"] = torch.cat([cache.sink_keys, cache.ring_keys], dim=2)
+            outs[f"step{i + 1}.values"] = torch.cat([cache.sink_values, cache.ring_values], dim=2)
+    return outs
+
+
+def test_reference_equals_course_utils():
+    ex = get(EXERCISE)
+    for case in ex.make_cases():
+        expected = ex.expected(case, ex.correct)
+        got = _course_utils_outputs(case)
+        assert {k for k, t in expected.items() if t is not None} == set(got), case.name
+        for name, tensor in got.items():
+            torch.testing.assert_close(tensor, expected[name], rtol=1e-4, atol=1e-5, msg=f"{case.name}: {name}")
+
+
+def test_course_utils_used_as_a_submission_gets_no_credit():
+    src = REFERENCE.replace("    x1, x2 = x.chunk(2, dim=-1)\n",
+                            "    import course_utils\n    course_utils.sliding_window_mask(2, window=1)\n"
+                            "    x1, x2 = x.chunk(2, dim=-1)\n")
+    refused = grade(src)
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+# ---------------------------------------------------------------- in the sandbox
+
+@pytest.mark.requires_sandbox
+def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp_path):
+    sandboxed = jail.probe() is None
+    sources = {"reference": (REFERENCE, None), **{name: (src, None) for name, src in ALTERNATIVES.items()},
+               **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in LONG_CONTEXT_KEYS.values()}}
+    # the issue's four mistakes in the sandbox; every mutant is graded in-process above
+    for name, (src, key) in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        result = runner.grade_file(path, [EXERCISE], sandboxed=sandboxed).results[0]
+        if key is None:
+            assert result and result.score == 1.0, (name, result.report())
+        else:
+            assert not result and result.diagnosis == key, (name, result.report())
+
+
+@pytest.mark.requires_sandbox
+def test_sandbox_the_generated_exercise_is_not_implemented():
+    # the solution notebooks are graded in the sandbox by test_grader_solutions.py
+    blank = runner.grade_file(ROOT / "exercises" / "12_sliding_window.ipynb", sandboxed=jail.probe() is None)
+    assert [r.diagnosis for r in blank.results] == ["not_implemented"], blank.to_dict()
+    assert "not implemented yet" in blank.results[0].summary
