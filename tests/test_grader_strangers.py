@@ -5,6 +5,7 @@ run submissions need bubblewrap and say so where it is missing."""
 import csv
 import io
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -13,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grade import batch, escape, limits, names, points, runner, source
+from course_utils.grade import batch, escape, jail, limits, names, points, runner, source
 from course_utils.grade.diagnose import failure
 from course_utils.grade.messages import Msg
 from course_utils.grade.progress import Progress
-from course_utils.grade import jail
 from tests.grader_cases.implementations import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,6 +283,7 @@ def test_status_in_words_points_and_keys(tmp_path):
 
 def test_points_agree_with_the_solutions_nbgrader_metadata():
     import nbformat
+
     from course_utils.grade.source import check_calls
     total = 0
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
@@ -295,7 +296,9 @@ def test_points_agree_with_the_solutions_nbgrader_metadata():
                     assert points.points(called[0]) == meta["points"] or path.stem.startswith("07"), path
                 else:  # check_answers: the numbers follow-up
                     assert meta["points"] == points.QUESTION_POINTS
-    assert total == 40
+    stated = re.search(r"worth points in nbgrader \((\d+) in all", (ROOT / "README.md").read_text(encoding="utf-8"))
+    zh = re.search(r"共 (\d+) 分）", (ROOT / "README.zh-CN.md").read_text(encoding="utf-8"))
+    assert total == int(stated.group(1)) == int(zh.group(1)), "the READMEs' points total"
 
 
 def test_make_grade_passes_grade_args():
