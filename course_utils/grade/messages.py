@@ -116,6 +116,18 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                   "keys, softmax(dim=-1)",
                                   "softmax 做在了头的维度上（dim=1）：每个查询的注意力权重应当在所有键上加起来等于 1，"
                                   "即 softmax(dim=-1)"),
+    "mutant.softmax_batch_axis": ("softmax over a fixed dim=0: on notebook 01's 1-D scores of one query that is the "
+                                  "keys, but here the scores are (batch, ..., queries, keys) and dim=0 is the batch; "
+                                  "softmax(dim=-1) is the keys whatever the rank",
+                                  "softmax 固定做在了 dim=0 上：在笔记本 01 里只有一个查询的一维分数上，dim=0 就是键；"
+                                  "但这里的分数是 (batch, ..., queries, keys)，dim=0 是 batch 维；softmax(dim=-1) "
+                                  "不管几维都是键"),
+    "mutant.softmax_fixed_dim1": ("softmax over a fixed dim=1: on unbatched (queries, keys) scores that is the keys, "
+                                  "but on batched (batch, queries, keys) scores it is the queries; softmax(dim=-1) "
+                                  "is the keys with or without a batch",
+                                  "softmax 固定做在了 dim=1 上：没有 batch 维的 (queries, keys) 分数上它是键，但有 "
+                                  "batch 维的 (batch, queries, keys) 分数上它是查询；softmax(dim=-1) 有没有 batch "
+                                  "维都是键"),
     "mutant.mask_inverted": ("causal mask inverted: tokens see the future but not the past (True = hide and "
                              "True = allow mixed up, e.g. masked_fill(mask == 0, ...) on a triu mask)",
                              "因果掩码反了：token 能看到未来，却看不到过去（把“True = 遮住”和“True = 允许”弄混了，"
@@ -268,6 +280,62 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mutant.rope_wrong_direction": ("rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation is "
                                     "x * cos + rotate_half(x) * sin",
                                     "旋转方向反了：rotate_half(x) = cat(-x2, x1)，旋转是 x * cos + rotate_half(x) * sin"),
+    "mutant.rope_exponent_off_by_one": ("RoPE's frequencies counted from the wrong index: theta_i = base ** (-2i / "
+                                        "d) for i = 0 .. d/2 - 1, with d the rotated width (head_dim; rope_dim in "
+                                        "MLA), i.e. torch.arange(0, d, 2) / d, so the first pair turns by one radian "
+                                        "per position",
+                                        "RoPE 频率的下标数错了：theta_i = base ** (-2i / d)，i = 0 .. d/2 - 1，d 是被"
+                                        "旋转的宽度（head_dim；MLA 里是 rope_dim），即 torch.arange(0, d, 2) / d，"
+                                        "第一对特征每个位置正好转 1 弧度"),
+    "mutant.rope_exponent_no_two": ("RoPE's exponent lacks its factor 2: theta_i = base ** (-2i / d), with d the "
+                                    "rotated width (head_dim; rope_dim in MLA), i.e. torch.arange(0, d, 2) / d, not "
+                                    "torch.arange(d // 2) / d (the slowest pair must turn by about 1 / base per "
+                                    "position)",
+                                    "RoPE 的指数少了因子 2：theta_i = base ** (-2i / d)，d 是被旋转的宽度（head_dim；"
+                                    "MLA 里是 rope_dim），即 torch.arange(0, d, 2) / d，而不是 torch.arange(d // 2) / d"
+                                    "（转得最慢的那一对每个位置应当只转约 1 / base 弧度）"),
+    "mutant.rope_half_angles_on_pairs": ("the rotate-half layout's angles (cos/sin = cat(freqs, freqs)) on interleaved "
+                                         "pairs (2i, 2i + 1): in the contract's rotate-half layout feature i pairs "
+                                         "with i + head_dim / 2, rotate_half(x) = cat(-x2, x1), and the two features "
+                                         "of a pair share one angle",
+                                         "用了 rotate-half 布局的角度表（cos/sin = cat(freqs, freqs)），却按交错方式 "
+                                         "(2i, 2i + 1) 配对：接口约定的 rotate-half 布局把第 i 个特征和第 i + "
+                                         "head_dim / 2 个配对，rotate_half(x) = cat(-x2, x1)，同一对的两个特征共用一个"
+                                         "角度"),
+    "mutant.rope_pair_angles_on_half": ("the interleaved layout's angles (freqs.repeat_interleave(2)) with "
+                                        "rotate_half: features i and i + head_dim / 2 are one pair and share one "
+                                        "angle, so cos/sin = cat(freqs, freqs)",
+                                        "用了交错布局的角度表（freqs.repeat_interleave(2)），却配上了 rotate_half："
+                                        "第 i 个和第 i + head_dim / 2 个特征是一对，共用一个角度，所以 cos/sin = "
+                                        "cat(freqs, freqs)"),
+    "mutant.mla_absorb_per_head_in_out": ("W_uk/W_uv split into heads as view(num_heads, kv_latent_dim, head_dim): "
+                                          "nn.Linear stores the weight as (out = num_heads * head_dim, in = "
+                                          "kv_latent_dim), so head h's block is weight.view(num_heads, head_dim, "
+                                          "kv_latent_dim)[h]",
+                                          "W_uk/W_uv 按 view(num_heads, kv_latent_dim, head_dim) 拆成了各个头："
+                                          "nn.Linear 把权重存成 (out = num_heads * head_dim, in = kv_latent_dim)，"
+                                          "所以头 h 的那一块是 weight.view(num_heads, head_dim, kv_latent_dim)[h]"),
+    "mutant.mla_absorb_heads_minor": ("W_uk/W_uv split into heads as view(head_dim, num_heads, kv_latent_dim): head h "
+                                      "owns the head_dim consecutive rows from h * head_dim, so its block is "
+                                      "weight.view(num_heads, head_dim, kv_latent_dim)[h]",
+                                      "W_uk/W_uv 按 view(head_dim, num_heads, kv_latent_dim) 拆成了各个头：头 h 占的是"
+                                      "从第 h * head_dim 行起连续的 head_dim 行，所以它那一块是 weight.view(num_heads, "
+                                      "head_dim, kv_latent_dim)[h]"),
+    "mutant.mla_absorb_t_reshape": ("W_uk/W_uv transposed, then reshaped (weight.T.reshape(num_heads, head_dim, "
+                                    "kv_latent_dim)): a reshape after a transpose reorders the numbers; split first, "
+                                    "weight.view(num_heads, head_dim, kv_latent_dim), then transpose the last two "
+                                    "axes where you need (kv_latent_dim, head_dim)",
+                                    "W_uk/W_uv 先转置再 reshape（weight.T.reshape(num_heads, head_dim, "
+                                    "kv_latent_dim)）：转置之后再 reshape 会把数的顺序打乱；应当先拆头，"
+                                    "weight.view(num_heads, head_dim, kv_latent_dim)，需要 (kv_latent_dim, head_dim) "
+                                    "时再转置最后两维"),
+    "mutant.mla_rope_on_absorbed_latents": ("RoPE rotated into the absorbed latents: with absorb=True only q_rope and "
+                                            "k_rope rotate, as without; rotating q_nope @ W_uk (or c_kv) in the "
+                                            "latent space changes the scores, and absorb=True must give the same "
+                                            "output as absorb=False",
+                                            "在矩阵吸收后的潜在空间里也做了 RoPE：absorb=True 时和不吸收时一样，只旋转 "
+                                            "q_rope 和 k_rope；在潜在空间里旋转 q_nope @ W_uk（或 c_kv）会改变注意力"
+                                            "分数，而 absorb=True 的输出必须和 absorb=False 的相同"),
     "mutant.max_not_updated": ("the running maximum is never updated (m = m_new is missing): each new tile rescales "
                                "everything before it by exp(-inf) = 0, so only the last tile counts",
                                "运行最大值从未更新（缺了 m = m_new）：每个新分块都会把之前的结果乘以 exp(-inf) = 0，"
