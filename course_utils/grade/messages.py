@@ -34,7 +34,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "not_implemented.define_function": ("not implemented yet: define function {name}",
                                         "还没有实现：请定义函数 {name}"),
     "not_implemented.answer": ("not implemented yet: answer {question}", "还没有作答：{question}"),
-    "not_implemented.answers": ("not implemented yet: {answers}", "还没有作答：{answers}"),
+    "not_implemented.answers": ("not implemented yet: answer {answers}", "还没有作答：{answers}"),
 
     # ---------------------------------------------------------------------------------------- comparing outputs
     "label.out": ("the output", "输出"),
@@ -55,6 +55,16 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
     "compare.differs": ("{label} differs from the reference (max abs difference {diff:.3g})",
                         "{label}与参考实现不一致（最大绝对误差 {diff:.3g}）"),
+    "compare.differs_up_to": ("{label} differs from the reference (max abs difference up to {diff:.3g})",
+                              "{label}与参考实现不一致（最大绝对误差最高 {diff:.3g}）"),
+    "compare.nonfinite": ("{label} is {got} where the reference is {need} (at {count} of its {total} numbers, the "
+                          "first at index {index})",
+                          "{label}在参考实现为 {need} 的位置上是 {got}（{total} 个数里有 {count} 个这样，第一个在下标 "
+                          "{index}）"),
+    "compare.not_tiled": ("not tiled: a floating-point tensor larger than one tile was built (the full score matrix, "
+                          "or a copy of it); compute the scores one (block_size, block_size) tile at a time",
+                          "没有分块：构造了比一个分块更大的浮点张量（完整的分数矩阵或它的副本）；应当一次只算一个 "
+                          "(block_size, block_size) 的分数分块"),
 
     # ---------------------------------------------------------------------------------------- errors, refusals
     "where.construct": ("constructing the module", "构造模块时"),
@@ -89,6 +99,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     # ---------------------------------------------------------------------------------------- the verdict
     "detail.every_case": ("every case: {why}", "所有用例：{why}"),
     "detail.case": ("case '{case}': {why}", "用例「{case}」：{why}"),
+    "detail.cases": ("{count} of {total} cases: {why}", "{total} 个用例中的 {count} 个：{why}"),
     "wrong_shape": ("wrong output shape: {why}", "输出形状不对：{why}"),
     "wrong_values": ("outputs differ from the reference, and match no known mistake; compare your steps with the "
                      "notebook's",
@@ -472,14 +483,21 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                               "is 4096 in total, so this is right only if you also dropped the heads",
                               "每个头的 Q·Kᵀ 的内积维度是 head_dim（128），不是 d_model；32 个头加起来才是 4096，"
                               "所以只有在你同时漏掉了头数时这个数才对"),
-    "q.grows_with_context": ("during decoding, which grows with the context length: 'queries', 'keys and values' or "
-                             "'weights'?",
-                             "解码时，哪一项随上下文长度增长：'queries'、'keys and values' 还是 'weights'？"),
+    "q.grows_with_context": ("during decoding, what is kept from one step to the next and grows with the context "
+                             "length: 'queries', 'keys and values' or 'parameters' (the model's weight matrices)?",
+                             "解码时，哪一项要从一步保留到下一步、并且随上下文长度增长：'queries'、'keys and values' "
+                             "还是 'parameters'（模型的权重矩阵）？"),
     "q.grows_with_context.queries": ("only the new token's query is needed at each step: that is why the cache holds "
                                      "no Q",
                                      "每一步只需要新 token 的查询：这正是缓存里不存 Q 的原因"),
-    "q.grows_with_context.weights": ("the parameters are fixed; what grows is the cache of keys and values",
-                                     "参数是固定的；随上下文增长的是键和值的缓存"),
+    "q.grows_with_context.weights": ("the parameters (the model's weight matrices) are fixed, whatever the context "
+                                     "length; what grows is the cache of keys and values",
+                                     "参数（模型的权重矩阵）是固定的，与上下文长度无关；随上下文增长的是键和值的缓存"),
+    "q.grows_with_context.attention_weights": ("the new token's attention weights do have one entry per cached token, "
+                                               "but they are computed afresh at each step and not kept; what is kept, "
+                                               "and grows, is the cache of keys and values",
+                                               "新 token 的注意力权重确实每个缓存的 token 对应一项，但它们每一步都重新"
+                                               "计算，不会保留下来；保留下来并不断增长的是键和值的缓存"),
     "q.not_it": ("{value} is not it: {question}", "{value} 不对：{question}"),
     "q.not_a_number": ("expected a number, got {value}", "这里要填一个数，你给的是 {value}"),
     "q.ratio": ("{value:g} is {ratio:.3g} times the answer: recount the factors of {question}",
