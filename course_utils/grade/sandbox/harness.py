@@ -398,8 +398,8 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
-    answers = [(str(q)[:80], v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else repr(v)[:80])
-               for q, v in learner_grade.ANSWERS[:20]]
+    answers = [(str(q)[:80], v if v is None or isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                else repr(v)[:80]) for q, v in learner_grade.ANSWERS[:20]]  # None: not answered (yet)
     result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 
     def missing(entry, key, **args):
