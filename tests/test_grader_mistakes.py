@@ -206,3 +206,6 @@ def test_the_course_formulas_are_not_available_while_graded(tmp_path):
     notes = " ".join(str(n) for n in report.notes)
     assert "course_utils.kv_cache_bytes is not available while a submission is graded" in notes, notes
     assert "course_utils.mla_cache_bytes is not available while a submission is graded" in notes, notes
+    chinese = " ".join(n.render("zh") if isinstance(n, Msg) else str(n) for n in report.notes)
+    for name in ("kv_cache_bytes", "mla_cache_bytes"):
+        assert f"评分时不能调用 course_utils.{name}" in chinese, chinese

@@ -582,6 +582,8 @@ CATALOGUE: dict[str, tuple[str, str]] = {
 
 # the sandboxed child's own texts: their English is in sandbox/texts.py, their Chinese here
 CHILD_ZH = {
+    "course_numbers": "评分时不能调用 course_utils.{name}：面试模式问的就是它算出的数，请自己算",
+    "course_withheld": "评分时不能使用 course_utils.{name}：这道练习要你自己写出它（可以用的有：{available}）",
     "not_module": "这个类必须是 nn.Module，你给的是 {type}",
     "param_missing": "接口约定需要参数 {name}（{layer} 应是带 {kind} 的 nn.Linear）；你的模块里没有",
     "param_shape": "{name} 的形状应为 {need}，你的是 {got}",
