@@ -170,7 +170,7 @@ def dropout_problem(case: Case, outputs: dict):
     nonzero = ctx_t.abs() > 1e-6
     if nonzero.any():
         ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
-        if ratio > 1 and abs(ratio - 1 / (1 - p)) > 1e-3:
+        if 1 < ratio < float("inf") and abs(ratio - 1 / (1 - p)) > 1e-3:  # a finite scale, or none is said
             key, message = specs.DROPOUT_WRONG
             return key, Msg("dropout_wrong_scale", base=message, ratio=ratio, p_seen=1 - 1 / ratio, p=p)
     return specs.DROPOUT_WRONG

@@ -415,8 +415,8 @@ DROPOUT_EVAL = _mistake("dropout_in_eval")
 NOT_IMPLEMENTED = "not_implemented"
 
 
-def mutant(pair, variant, outputs_only=False):
-    return Mutant(pair[0], pair[1], variant, outputs_only)
+def mutant(pair, variant, outputs_only=False, paired=True):
+    return Mutant(pair[0], pair[1], variant, outputs_only, paired)
 
 
 def causal_mutants(base: Variant):
@@ -446,7 +446,7 @@ def scale_softmax_mutants(base: Variant):
     return [mutant(M_SCALE_D_OUT, replace(base, scale="d_out")), mutant(M_SCALE_D_IN, replace(base, scale="d_in")),
             mutant(M_NO_SCALE, replace(base, scale="none")), mutant(M_NO_SQRT, replace(base, scale="no_sqrt")),
             mutant(M_SOFTMAX, replace(base, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1)),
-            mutant(M_SOFTMAX_BATCH, replace(base, softmax_dim=0))]
+            mutant(M_SOFTMAX_BATCH, replace(base, softmax_dim=0), paired=False)]
 
 
 def heads_mutants(base: Variant):
@@ -462,7 +462,7 @@ def mutant_pairs(singles: list, base) -> list[Mutant]:
     seen, pairs = set(), []
     for i, a in enumerate(singles):
         for b in singles[i + 1:]:
-            if a.key == b.key or a.outputs_only or b.outputs_only:
+            if a.key == b.key or a.outputs_only or b.outputs_only or not (a.paired and b.paired):
                 continue
             fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
             fb = {f for f in base.__dataclass_fields__ if getattr(b.variant, f) != getattr(base, f)}

@@ -411,11 +411,14 @@ M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
 M_SOFTMAX_BATCH = _mistake("softmax_wrong_axis", "softmax_batch_axis")
 
 
-def mutant(pair, variant):
-    return Mutant(pair[0], pair[1], variant)
+def mutant(pair, variant, paired=True):
+    """``paired=False``: named alone, not tried two at a time with the others (rarer mistakes, whose pairs would
+    multiply the grader's work)."""
+    return Mutant(pair[0], pair[1], variant, paired=paired)
 
 
 def softmax_axis_mutants(ok):
     """The softmax over another axis of the (batch, heads, queries, keys) scores than the keys."""
-    return [mutant(M_SOFTMAX_QUERIES, replace(ok, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(ok, softmax_dim=1)),
-            mutant(M_SOFTMAX_BATCH, replace(ok, softmax_dim=0))]
+    return [mutant(M_SOFTMAX_QUERIES, replace(ok, softmax_dim=-2), paired=False),
+            mutant(M_SOFTMAX_HEADS, replace(ok, softmax_dim=1), paired=False),
+            mutant(M_SOFTMAX_BATCH, replace(ok, softmax_dim=0), paired=False)]

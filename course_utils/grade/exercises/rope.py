@@ -96,11 +96,11 @@ def mutants() -> list:
         mutant(M_ROPE_MISSING, replace(ok, rope=False)),
         mutant(M_ROPE_DIRECTION, replace(ok, direction=-1)),
         mutant(M_TOP_LEFT, replace(ok, mask="top_left")),
-        mutant(M_ROPE_EXPONENT, replace(ok, exponent="shifted")),
-        mutant(M_ROPE_EXPONENT, replace(ok, exponent="odd")),
-        mutant(M_ROPE_NO_TWO, replace(ok, exponent="no_two")),
-        mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, layout="half_angles_pairs")),
-        mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, layout="pair_angles_half")),
+        mutant(M_ROPE_EXPONENT, replace(ok, exponent="shifted"), paired=False),
+        mutant(M_ROPE_EXPONENT, replace(ok, exponent="odd"), paired=False),
+        mutant(M_ROPE_NO_TWO, replace(ok, exponent="no_two"), paired=False),
+        mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, layout="half_angles_pairs"), paired=False),
+        mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, layout="pair_angles_half"), paired=False),
     ] + softmax_axis_mutants(ok)
 
 
