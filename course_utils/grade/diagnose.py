@@ -67,11 +67,34 @@ def compare(learner: dict, expected: dict, single: bool = True, only_out: bool =
             extra = Msg("compare.cache_layout") if name.endswith(("keys", "values")) else ""
             return Msg("compare.shape", label=label, got=_shape(got), need=_shape(exp), extra=extra)
         if not _close(got, exp, lenient_nan and ".grad." in name, tol):
+            if name.endswith(".tiled"):  # 1.0 when no float tensor larger than a tile was built, else 0.0
+                return Msg("compare.not_tiled")
             if torch.isnan(got).any() and not torch.isnan(exp).any():
                 return Msg("compare.nan", label=label)
-            diff = (got.double() - exp.double()).abs().nan_to_num(float("inf")).max().item()
-            return Msg("compare.differs", label=label, diff=diff)
+            return _nonfinite(got, exp, label) or Msg("compare.differs", label=label, diff=_finite_diff(got, exp))
     return None
+
+
+def _number(x: float) -> str:
+    return f"{x:.4g}"  # inf, -inf and nan as Python writes them
+
+
+def _nonfinite(got, exp, label):
+    """Where one side is inf/-inf/NaN and the other is not (or an inf of the other sign): a difference with no
+    finite size, said as what each side holds there, else None."""
+    g, e = got.double(), exp.double()
+    odd = ~(torch.isfinite(g) & torch.isfinite(e)) & (g != e) & ~(torch.isnan(g) & torch.isnan(e))
+    if not odd.any():
+        return None
+    first = tuple(int(i) for i in odd.nonzero()[0])
+    return Msg("compare.nonfinite", label=label, got=_number(g[first].item()), need=_number(e[first].item()),
+               index=str(first), count=int(odd.sum()), total=g.numel())
+
+
+def _finite_diff(got, exp) -> float:
+    g, e = got.double(), exp.double()
+    both = torch.isfinite(g) & torch.isfinite(e)
+    return (g[both] - e[both]).abs().max().item() if both.any() else 0.0
 
 
 def _error_matches(err, exp) -> bool:
@@ -147,7 +170,7 @@ def dropout_problem(case: Case, outputs: dict):
     nonzero = ctx_t.abs() > 1e-6
     if nonzero.any():
         ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
-        if ratio > 1 and abs(ratio - 1 / (1 - p)) > 1e-3:
+        if 1 < ratio < float("inf") and abs(ratio - 1 / (1 - p)) > 1e-3:  # a finite scale, or none is said
             key, message = specs.DROPOUT_WRONG
             return key, Msg("dropout_wrong_scale", base=message, ratio=ratio, p_seen=1 - 1 / ratio, p=p)
     return specs.DROPOUT_WRONG
@@ -155,6 +178,33 @@ def dropout_problem(case: Case, outputs: dict):
 
 # ------------------------------------------------------------------------------------------------------
 # the verdict
+
+
+def _details(reasons, num_cases) -> list:
+    """One line per distinct reason: cases that fail the same way (the same text, or the same output differing by
+    other amounts) share one line, so that a diagnosis is not followed by a column of near-identical lines."""
+    def what(why):  # the output, present keys, a gradient... whichever call it came from
+        label = why.args["label"]
+        return label.args["what"] if isinstance(label, Msg) and label.key == "label.step" else label
+
+    groups = {}
+    for name, why in reasons:
+        differs = isinstance(why, Msg) and why.key == "compare.differs"
+        groups.setdefault(("differs", str(what(why))) if differs else str(why), []).append((name, why))
+    lines = []
+    for members in groups.values():
+        why = members[0][1]
+        if len(members) > 1 and isinstance(why, Msg) and why.key == "compare.differs":
+            labels = {str(w.args["label"]) for _, w in members}
+            why = Msg("compare.differs_up_to", label=why.args["label"] if len(labels) == 1 else what(why),
+                      diff=max(w.args["diff"] for _, w in members))
+        if len(members) == 1:
+            lines.append(Msg("detail.case", case=case_title(members[0][0]), why=why))
+        elif len(members) == num_cases:
+            lines.append(Msg("detail.every_case", why=why))
+        else:
+            lines.append(Msg("detail.cases", count=len(members), total=num_cases, why=why))
+    return lines
 
 
 def total_checks(cases) -> int:
@@ -218,9 +268,7 @@ def _verdict(exercise, records, cases, refusals):
     if passed == total:
         return Result(exercise, True, 1.0, total, total, None, [])
     score = round(passed / total, 3)
-    whys = {why for _, why in reasons}
-    details = ([Msg("detail.every_case", why=reasons[0][1])] if len(reasons) == len(cases) > 1 and len(whys) == 1
-               else [Msg("detail.case", case=case_title(name), why=why) for name, why in reasons])
+    details = _details(reasons, len(cases))
 
     def result(key, message):
         same = len(details) == 1 and details[0].endswith(message)  # said once is enough

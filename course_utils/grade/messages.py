@@ -34,7 +34,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "not_implemented.define_function": ("not implemented yet: define function {name}",
                                         "还没有实现：请定义函数 {name}"),
     "not_implemented.answer": ("not implemented yet: answer {question}", "还没有作答：{question}"),
-    "not_implemented.answers": ("not implemented yet: {answers}", "还没有作答：{answers}"),
+    "not_implemented.answers": ("not implemented yet: answer {answers}", "还没有作答：{answers}"),
 
     # ---------------------------------------------------------------------------------------- comparing outputs
     "label.out": ("the output", "输出"),
@@ -55,6 +55,16 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
     "compare.differs": ("{label} differs from the reference (max abs difference {diff:.3g})",
                         "{label}与参考实现不一致（最大绝对误差 {diff:.3g}）"),
+    "compare.differs_up_to": ("{label} differs from the reference (max abs difference up to {diff:.3g})",
+                              "{label}与参考实现不一致（最大绝对误差最高 {diff:.3g}）"),
+    "compare.nonfinite": ("{label} is {got} where the reference is {need} (at {count} of its {total} numbers, the "
+                          "first at index {index})",
+                          "{label}在参考实现为 {need} 的位置上是 {got}（{total} 个数里有 {count} 个这样，第一个在下标 "
+                          "{index}）"),
+    "compare.not_tiled": ("not tiled: a floating-point tensor larger than one tile was built (the full score matrix, "
+                          "or a copy of it); compute the scores one (block_size, block_size) tile at a time",
+                          "没有分块：构造了比一个分块更大的浮点张量（完整的分数矩阵或它的副本）；应当一次只算一个 "
+                          "(block_size, block_size) 的分数分块"),
 
     # ---------------------------------------------------------------------------------------- errors, refusals
     "where.construct": ("constructing the module", "构造模块时"),
@@ -89,6 +99,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     # ---------------------------------------------------------------------------------------- the verdict
     "detail.every_case": ("every case: {why}", "所有用例：{why}"),
     "detail.case": ("case '{case}': {why}", "用例「{case}」：{why}"),
+    "detail.cases": ("{count} of {total} cases: {why}", "{total} 个用例中的 {count} 个：{why}"),
     "wrong_shape": ("wrong output shape: {why}", "输出形状不对：{why}"),
     "wrong_values": ("outputs differ from the reference, and match no known mistake; compare your steps with the "
                      "notebook's",
@@ -116,6 +127,18 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                   "keys, softmax(dim=-1)",
                                   "softmax 做在了头的维度上（dim=1）：每个查询的注意力权重应当在所有键上加起来等于 1，"
                                   "即 softmax(dim=-1)"),
+    "mutant.softmax_batch_axis": ("softmax over a fixed dim=0: on notebook 01's 1-D scores of one query that is the "
+                                  "keys, but here the scores are (batch, ..., queries, keys) and dim=0 is the batch; "
+                                  "softmax(dim=-1) is the keys whatever the rank",
+                                  "softmax 固定做在了 dim=0 上：在笔记本 01 里只有一个查询的一维分数上，dim=0 就是键；"
+                                  "但这里的分数是 (batch, ..., queries, keys)，dim=0 是 batch 维；softmax(dim=-1) "
+                                  "不管几维都是键"),
+    "mutant.softmax_fixed_dim1": ("softmax over a fixed dim=1: on unbatched (queries, keys) scores that is the keys, "
+                                  "but on batched (batch, queries, keys) scores it is the queries; softmax(dim=-1) "
+                                  "is the keys with or without a batch",
+                                  "softmax 固定做在了 dim=1 上：没有 batch 维的 (queries, keys) 分数上它是键，但有 "
+                                  "batch 维的 (batch, queries, keys) 分数上它是查询；softmax(dim=-1) 有没有 batch "
+                                  "维都是键"),
     "mutant.mask_inverted": ("causal mask inverted: tokens see the future but not the past (True = hide and "
                              "True = allow mixed up, e.g. masked_fill(mask == 0, ...) on a triu mask)",
                              "因果掩码反了：token 能看到未来，却看不到过去（把“True = 遮住”和“True = 允许”弄混了，"
@@ -268,6 +291,62 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mutant.rope_wrong_direction": ("rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation is "
                                     "x * cos + rotate_half(x) * sin",
                                     "旋转方向反了：rotate_half(x) = cat(-x2, x1)，旋转是 x * cos + rotate_half(x) * sin"),
+    "mutant.rope_exponent_off_by_one": ("RoPE's frequencies counted from the wrong index: theta_i = base ** (-2i / "
+                                        "d) for i = 0 .. d/2 - 1, with d the rotated width (head_dim; rope_dim in "
+                                        "MLA), i.e. torch.arange(0, d, 2) / d, so the first pair turns by one radian "
+                                        "per position",
+                                        "RoPE 频率的下标数错了：theta_i = base ** (-2i / d)，i = 0 .. d/2 - 1，d 是被"
+                                        "旋转的宽度（head_dim；MLA 里是 rope_dim），即 torch.arange(0, d, 2) / d，"
+                                        "第一对特征每个位置正好转 1 弧度"),
+    "mutant.rope_exponent_no_two": ("RoPE's exponent lacks its factor 2: theta_i = base ** (-2i / d), with d the "
+                                    "rotated width (head_dim; rope_dim in MLA), i.e. torch.arange(0, d, 2) / d, not "
+                                    "torch.arange(d // 2) / d (the slowest pair must turn by about 1 / base per "
+                                    "position)",
+                                    "RoPE 的指数少了因子 2：theta_i = base ** (-2i / d)，d 是被旋转的宽度（head_dim；"
+                                    "MLA 里是 rope_dim），即 torch.arange(0, d, 2) / d，而不是 torch.arange(d // 2) / d"
+                                    "（转得最慢的那一对每个位置应当只转约 1 / base 弧度）"),
+    "mutant.rope_half_angles_on_pairs": ("the rotate-half layout's angles (cos/sin = cat(freqs, freqs)) on interleaved "
+                                         "pairs (2i, 2i + 1): in the contract's rotate-half layout feature i pairs "
+                                         "with i + head_dim / 2, rotate_half(x) = cat(-x2, x1), and the two features "
+                                         "of a pair share one angle",
+                                         "用了 rotate-half 布局的角度表（cos/sin = cat(freqs, freqs)），却按交错方式 "
+                                         "(2i, 2i + 1) 配对：接口约定的 rotate-half 布局把第 i 个特征和第 i + "
+                                         "head_dim / 2 个配对，rotate_half(x) = cat(-x2, x1)，同一对的两个特征共用一个"
+                                         "角度"),
+    "mutant.rope_pair_angles_on_half": ("the interleaved layout's angles (freqs.repeat_interleave(2)) with "
+                                        "rotate_half: features i and i + head_dim / 2 are one pair and share one "
+                                        "angle, so cos/sin = cat(freqs, freqs)",
+                                        "用了交错布局的角度表（freqs.repeat_interleave(2)），却配上了 rotate_half："
+                                        "第 i 个和第 i + head_dim / 2 个特征是一对，共用一个角度，所以 cos/sin = "
+                                        "cat(freqs, freqs)"),
+    "mutant.mla_absorb_per_head_in_out": ("W_uk/W_uv split into heads as view(num_heads, kv_latent_dim, head_dim): "
+                                          "nn.Linear stores the weight as (out = num_heads * head_dim, in = "
+                                          "kv_latent_dim), so head h's block is weight.view(num_heads, head_dim, "
+                                          "kv_latent_dim)[h]",
+                                          "W_uk/W_uv 按 view(num_heads, kv_latent_dim, head_dim) 拆成了各个头："
+                                          "nn.Linear 把权重存成 (out = num_heads * head_dim, in = kv_latent_dim)，"
+                                          "所以头 h 的那一块是 weight.view(num_heads, head_dim, kv_latent_dim)[h]"),
+    "mutant.mla_absorb_heads_minor": ("W_uk/W_uv split into heads as view(head_dim, num_heads, kv_latent_dim): head h "
+                                      "owns the head_dim consecutive rows from h * head_dim, so its block is "
+                                      "weight.view(num_heads, head_dim, kv_latent_dim)[h]",
+                                      "W_uk/W_uv 按 view(head_dim, num_heads, kv_latent_dim) 拆成了各个头：头 h 占的是"
+                                      "从第 h * head_dim 行起连续的 head_dim 行，所以它那一块是 weight.view(num_heads, "
+                                      "head_dim, kv_latent_dim)[h]"),
+    "mutant.mla_absorb_t_reshape": ("W_uk/W_uv transposed, then reshaped (weight.T.reshape(num_heads, head_dim, "
+                                    "kv_latent_dim)): a reshape after a transpose reorders the numbers; split first, "
+                                    "weight.view(num_heads, head_dim, kv_latent_dim), then transpose the last two "
+                                    "axes where you need (kv_latent_dim, head_dim)",
+                                    "W_uk/W_uv 先转置再 reshape（weight.T.reshape(num_heads, head_dim, "
+                                    "kv_latent_dim)）：转置之后再 reshape 会把数的顺序打乱；应当先拆头，"
+                                    "weight.view(num_heads, head_dim, kv_latent_dim)，需要 (kv_latent_dim, head_dim) "
+                                    "时再转置最后两维"),
+    "mutant.mla_rope_on_absorbed_latents": ("RoPE rotated into the absorbed latents: with absorb=True only q_rope and "
+                                            "k_rope rotate, as without; rotating q_nope @ W_uk (or c_kv) in the "
+                                            "latent space changes the scores, and absorb=True must give the same "
+                                            "output as absorb=False",
+                                            "在矩阵吸收后的潜在空间里也做了 RoPE：absorb=True 时和不吸收时一样，只旋转 "
+                                            "q_rope 和 k_rope；在潜在空间里旋转 q_nope @ W_uk（或 c_kv）会改变注意力"
+                                            "分数，而 absorb=True 的输出必须和 absorb=False 的相同"),
     "mutant.max_not_updated": ("the running maximum is never updated (m = m_new is missing): each new tile rescales "
                                "everything before it by exp(-inf) = 0, so only the last tile counts",
                                "运行最大值从未更新（缺了 m = m_new）：每个新分块都会把之前的结果乘以 exp(-inf) = 0，"
@@ -477,14 +556,21 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                               "is 4096 in total, so this is right only if you also dropped the heads",
                               "每个头的 Q·Kᵀ 的内积维度是 head_dim（128），不是 d_model；32 个头加起来才是 4096，"
                               "所以只有在你同时漏掉了头数时这个数才对"),
-    "q.grows_with_context": ("during decoding, which grows with the context length: 'queries', 'keys and values' or "
-                             "'weights'?",
-                             "解码时，哪一项随上下文长度增长：'queries'、'keys and values' 还是 'weights'？"),
+    "q.grows_with_context": ("during decoding, what is kept from one step to the next and grows with the context "
+                             "length: 'queries', 'keys and values' or 'parameters' (the model's weight matrices)?",
+                             "解码时，哪一项要从一步保留到下一步、并且随上下文长度增长：'queries'、'keys and values' "
+                             "还是 'parameters'（模型的权重矩阵）？"),
     "q.grows_with_context.queries": ("only the new token's query is needed at each step: that is why the cache holds "
                                      "no Q",
                                      "每一步只需要新 token 的查询：这正是缓存里不存 Q 的原因"),
-    "q.grows_with_context.weights": ("the parameters are fixed; what grows is the cache of keys and values",
-                                     "参数是固定的；随上下文增长的是键和值的缓存"),
+    "q.grows_with_context.weights": ("the parameters (the model's weight matrices) are fixed, whatever the context "
+                                     "length; what grows is the cache of keys and values",
+                                     "参数（模型的权重矩阵）是固定的，与上下文长度无关；随上下文增长的是键和值的缓存"),
+    "q.grows_with_context.attention_weights": ("the new token's attention weights do have one entry per cached token, "
+                                               "but they are computed afresh at each step and not kept; what is kept, "
+                                               "and grows, is the cache of keys and values",
+                                               "新 token 的注意力权重确实每个缓存的 token 对应一项，但它们每一步都重新"
+                                               "计算，不会保留下来；保留下来并不断增长的是键和值的缓存"),
     "q.not_it": ("{value} is not it: {question}", "{value} 不对：{question}"),
     "q.not_a_number": ("expected a number, got {value}", "这里要填一个数，你给的是 {value}"),
     "q.ratio": ("{value:g} is {ratio:.3g} times the answer: recount the factors of {question}",
@@ -603,6 +689,8 @@ CATALOGUE: dict[str, tuple[str, str]] = {
 
 # the sandboxed child's own texts: their English is in sandbox/texts.py, their Chinese here
 CHILD_ZH = {
+    "course_numbers": "评分时不能调用 course_utils.{name}：面试模式问的就是它算出的数，请自己算",
+    "course_withheld": "评分时不能使用 course_utils.{name}：这道练习要你自己写出它（可以用的有：{available}）",
     "not_module": "这个类必须是 nn.Module，你给的是 {type}",
     "param_missing": "接口约定需要参数 {name}（{layer} 应是带 {kind} 的 nn.Linear）；你的模块里没有",
     "param_shape": "{name} 的形状应为 {need}，你的是 {got}",

@@ -37,7 +37,13 @@ QUESTIONS = {
     "grows_with_context": Question(
         Msg("q.grows_with_context"),
         "keys and values",
-        {"queries": Msg("q.grows_with_context.queries"), "weights": Msg("q.grows_with_context.weights")},
+        {"queries": Msg("q.grows_with_context.queries"),
+         # the model's weights (the choice the question offers) and the attention weights (not kept between steps)
+         **dict.fromkeys(("parameters", "weights", "model weights", "model parameters", "weight matrices",
+                          "the parameters", "the model's weights", "the model's parameters"),
+                         Msg("q.grows_with_context.weights")),
+         **dict.fromkeys(("attention weights", "the attention weights", "attention scores", "scores", "the scores"),
+                         Msg("q.grows_with_context.attention_weights"))},
         accept=("kv", "k and v", "keys/values", "kv cache", "the kv cache", "keys, values", "k, v")),
 }
 
@@ -93,8 +99,10 @@ def check_answers(answers: dict, *, quiet: bool = False, lang: str | None = None
     else:
         wrong = [Msg("q.line", question=q, why=r.messages[0]) for q, r in results.items() if not r.passed]
         key = "not_implemented" if all(r.diagnosis == "not_implemented" for r in results.values()) else "wrong_answer"
+        # none answered: one "not implemented yet" before the questions, not one per question after it
+        asked = [Msg("q.line", question=q, why=QUESTIONS[q].text) for q in results if q in QUESTIONS]
         result = Result("interview_numbers", False, round(passed / total, 3), passed, total, key,
-                        [Msg("not_implemented.answers", answers=joined(wrong)) if key == "not_implemented"
+                        [Msg("not_implemented.answers", answers=joined(asked)) if key == "not_implemented"
                          else wrong[0]] + ([] if key == "not_implemented" else wrong[1:]))
     if not quiet:
         print(result.report(lang))

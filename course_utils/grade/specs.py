@@ -25,7 +25,7 @@ FORMS = ("single_head", "wrapper", "heads", "cached")
 class Variant:
     """Flags of the reference forward; the defaults are the correct computation."""
     scale: str = "head_dim"     # head_dim | d_out | d_in | none | no_sqrt
-    softmax_dim: int = -1       # -1 keys (right) | -2 queries | 1 heads
+    softmax_dim: int = -1       # -1 keys (right) | -2 queries | 1 heads (queries for one head) | 0 batch
     softmax: str = "stable"     # stable | naive (exp / sum without subtracting the row max)
     mask: str = "causal"        # causal | none | inverted | zero_fill | after_softmax | diagonal | top_left
                                 # | unsliced | square_slice | first_chunk_only
@@ -375,6 +375,8 @@ M_SCALE_D_OUT = _mistake("scale_d_out")
 M_SCALE_D_IN = _mistake("scale_d_in")
 M_SOFTMAX = _mistake("softmax_wrong_axis")
 M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
+M_SOFTMAX_BATCH = _mistake("softmax_wrong_axis", "softmax_batch_axis")  # a fixed dim=0, as on notebook 01's 1-D scores
+M_SOFTMAX_DIM1 = _mistake("softmax_wrong_axis", "softmax_fixed_dim1")  # one head: keys unbatched, queries batched
 M_INVERTED = _mistake("mask_inverted")
 M_ZERO_FILL = _mistake("mask_zero_fill")
 M_AFTER_SOFTMAX = _mistake("mask_after_softmax")
@@ -413,8 +415,8 @@ DROPOUT_EVAL = _mistake("dropout_in_eval")
 NOT_IMPLEMENTED = "not_implemented"
 
 
-def mutant(pair, variant, outputs_only=False):
-    return Mutant(pair[0], pair[1], variant, outputs_only)
+def mutant(pair, variant, outputs_only=False, paired=True):
+    return Mutant(pair[0], pair[1], variant, outputs_only, paired)
 
 
 def causal_mutants(base: Variant):
@@ -443,7 +445,8 @@ def scale_softmax_mutants(base: Variant):
     """The scale and softmax mistakes of weight-split heads (MHA, GQA)."""
     return [mutant(M_SCALE_D_OUT, replace(base, scale="d_out")), mutant(M_SCALE_D_IN, replace(base, scale="d_in")),
             mutant(M_NO_SCALE, replace(base, scale="none")), mutant(M_NO_SQRT, replace(base, scale="no_sqrt")),
-            mutant(M_SOFTMAX, replace(base, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1))]
+            mutant(M_SOFTMAX, replace(base, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1)),
+            mutant(M_SOFTMAX_BATCH, replace(base, softmax_dim=0), paired=False)]
 
 
 def heads_mutants(base: Variant):
@@ -459,7 +462,7 @@ def mutant_pairs(singles: list, base) -> list[Mutant]:
     seen, pairs = set(), []
     for i, a in enumerate(singles):
         for b in singles[i + 1:]:
-            if a.key == b.key or a.outputs_only or b.outputs_only:
+            if a.key == b.key or a.outputs_only or b.outputs_only or not (a.paired and b.paired):
                 continue
             fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
             fb = {f for f in base.__dataclass_fields__ if getattr(b.variant, f) != getattr(base, f)}

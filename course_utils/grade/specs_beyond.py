@@ -9,7 +9,7 @@ As in ``specs``, every misconception is a flag of one reference computation (``R
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,11 @@ from .types import Call, Case, Mutant
 class RopeVariant:
     positions: str = "ok"       # ok | restart (every call starts at 0)
     rotate_v: bool = False
-    layout: str = "half"        # half | interleaved
+    layout: str = "half"        # half | interleaved | half_angles_pairs | pair_angles_half (one layout's angles,
+                                # the other's pairs)
+    exponent: str = "ok"        # ok | shifted (theta_i = base^(-2(i+1)/d)) | odd (base^(-(2i+1)/d))
+                                # | no_two (base^(-i/d))
+    softmax_dim: int = -1       # -1 keys | -2 queries | 1 heads | 0 batch
     freq_dim: str = "head_dim"  # head_dim | d_out
     cache: str = "before"       # before | after_double (rotate the concatenated keys) | after_raw (cache unrotated)
     rope: bool = True
@@ -52,11 +56,16 @@ class OnlineVariant:
 class MlaVariant:
     cache: str = "latent"       # latent | up_projected | only_new
     rope_on: str = "rope"       # rope | latent (rotate c_kv too) | nope (rotate the up-projected parts too) | none
+                                # | absorbed_query | absorbed_latents | absorbed_all: in absorbed steps only, the
+                                # absorbed query q_nope @ W_uk rotated (and c_kv for the scores; for the values too)
     positions: str = "ok"       # ok | restart
-    absorb_uk: str = "ok"       # ok | transposed (W_uk read as (in, out)) in absorbed steps
-    absorb_uv: str = "ok"
+    absorb_uk: str = "ok"       # ok | transposed (W_uk read as (in, out)) | per_head_in_out | heads_minor
+    absorb_uv: str = "ok"       # | t_reshape (see ``_absorbed``), in absorbed steps
+    softmax_dim: int = -1       # -1 keys | -2 queries | 1 heads | 0 batch
     scale: str = "head_dim+rope"  # head_dim+rope | head_dim
     mask: str = "ok"            # ok | top_left
+    rope_layout: str = "half"   # as RopeVariant.layout, for q_rope and k_rope
+    rope_exponent: str = "ok"   # as RopeVariant.exponent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,16 +85,22 @@ def _rotate_pairs(x):
     return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
 
 
-def _rope(x, positions, base, layout="half", freq_dim=None, direction=1):
-    """Rotate x (..., T, d) at integer positions (T,); frequencies base^(-2i/freq_dim), freq_dim = d by default."""
+_EXPONENTS = {"ok": (0, 2), "shifted": (2, 2), "odd": (1, 2), "no_two": (0, 1)}  # torch.arange(start, ..., step)
+
+
+def _rope(x, positions, base, layout="half", freq_dim=None, direction=1, exponent="ok"):
+    """Rotate x (..., T, d) at integer positions (T,); frequencies base^(-2i/freq_dim), freq_dim = d by default.
+    ``layout``: which features pair up (half: i with i + d/2; interleaved: 2i with 2i + 1), or a mix of one layout's
+    angle table with the other's pairs; ``exponent``: the correct 2i or a miscounted one (``_EXPONENTS``)."""
     d = x.shape[-1]
     denom = d if freq_dim is None else freq_dim
-    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / denom)
+    start, step = _EXPONENTS[exponent]
+    inv_freq = 1.0 / base ** (torch.arange(start, start + step * (d // 2), step, dtype=torch.float64) / denom)
     angles = positions.to(torch.float64)[:, None] * inv_freq  # (T, d/2)
-    if layout == "interleaved":
-        angles, turn = angles.repeat_interleave(2, dim=-1), _rotate_pairs
-    else:
-        angles, turn = torch.cat([angles, angles], dim=-1), _rotate_half
+    pair_angles, half_angles = angles.repeat_interleave(2, dim=-1), torch.cat([angles, angles], dim=-1)
+    angles, turn = {"interleaved": (pair_angles, _rotate_pairs), "half": (half_angles, _rotate_half),
+                    "half_angles_pairs": (half_angles, _rotate_pairs),
+                    "pair_angles_half": (pair_angles, _rotate_half)}[layout]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     return x * cos + direction * turn(x) * sin
 
@@ -95,9 +110,23 @@ def _causal_hide(num_q, num_k, mask="ok"):
     return torch.triu(torch.ones(num_q, num_k, dtype=torch.bool), offset + 1)
 
 
-def _attend(q, k, v, scale, hide):
+def _attend(q, k, v, scale, hide, softmax_dim=-1):
     scores = (q @ k.transpose(-2, -1)) / scale
-    return torch.softmax(scores.masked_fill(hide, float("-inf")), dim=-1) @ v
+    return torch.softmax(scores.masked_fill(hide, float("-inf")), dim=softmax_dim) @ v
+
+
+def _absorbed(weight, nh, hd, dc, how="ok"):
+    """W_uk or W_uv (nn.Linear's (num_heads * head_dim, kv_latent_dim)) as per-head blocks (nh, hd, dc), or as
+    a learner who reshapes it the wrong way gets them."""
+    if how == "transposed":  # the weight's numbers read as if it were stored (in, out)
+        return weight.view(dc, nh, hd).permute(1, 2, 0)
+    if how == "per_head_in_out":  # heads first, but each head's block read as (in, out)
+        return weight.view(nh, dc, hd).transpose(1, 2)
+    if how == "heads_minor":  # rows taken as (head_dim, num_heads): head h reads every num_heads-th row
+        return weight.view(hd, nh, dc).transpose(0, 1)
+    if how == "t_reshape":  # transposed, then reshaped: the reshape reorders the numbers
+        return weight.t().reshape(nh, hd, dc)
+    return weight.view(nh, hd, dc)
 
 
 def _split(t, heads):
@@ -116,7 +145,8 @@ def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
     past_len = 0 if past is None else past[0].shape[2]
     start = 0 if v.positions == "restart" else past_len
     positions = torch.arange(start, start + n)
-    kw = dict(layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction)
+    kw = dict(layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction,
+              exponent=v.exponent)
     rot = (lambda t, pos: _rope(t, pos, base, **kw)) if v.rope else (lambda t, pos: t)
     q = rot(q, positions)
     if v.rotate_v:
@@ -132,7 +162,7 @@ def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
             k_all = k_used  # the rotated keys go back into the cache, to be rotated again next call
     v_all = val if past is None else torch.cat([past[1], val], dim=2)
     hide = _causal_hide(n, k_all.shape[2], v.mask)
-    ctx = _attend(q, k_used, v_all, math.sqrt(d_out // nh), hide)
+    ctx = _attend(q, k_used, v_all, math.sqrt(d_out // nh), hide, v.softmax_dim)
     out = _lin(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
     return out, ((k_all, v_all) if use_cache else None)
 
@@ -200,7 +230,8 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
     past_len = 0 if past is None else past[0].shape[2 if v.cache == "up_projected" else 1]
     start = 0 if v.positions == "restart" else past_len
     pos = torch.arange(start, start + n)
-    rot = (lambda t, ps: t) if v.rope_on == "none" else (lambda t, ps: _rope(t, ps, 10000.0))
+    rot = ((lambda t, ps: t) if v.rope_on == "none" else
+           (lambda t, ps: _rope(t, ps, 10000.0, layout=v.rope_layout, exponent=v.rope_exponent)))
     q_rope, k_rope = rot(q_rope, pos), rot(k_rope, pos)
     if v.rope_on == "latent":
         c_kv = rot(c_kv, pos)
@@ -221,11 +252,14 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
         present = (c_kv, k_rope) if v.cache == "only_new" else (c_all, kr_all)
         num_keys = c_all.shape[1]
         rope_scores = q_rope @ kr_all[:, None].transpose(-2, -1)
-        w_uk = p["W_uk.weight"].view(nh, hd, dc)
         if absorb and v.rope_on != "nope":
-            if v.absorb_uk == "transposed":
-                w_uk = p["W_uk.weight"].view(dc, nh, hd).permute(1, 2, 0)
-            scores = (q_nope @ w_uk) @ c_all[:, None].transpose(-2, -1) + rope_scores
+            q_latent = q_nope @ _absorbed(p["W_uk.weight"], nh, hd, dc, v.absorb_uk)  # (B, nh, n, dc)
+            c_scored = c_all
+            if v.rope_on.startswith("absorbed"):  # the rotation moved into the latent space
+                q_latent = rot(q_latent, pos)
+                if v.rope_on != "absorbed_query":
+                    c_scored = rot(c_all, torch.arange(num_keys))
+            scores = q_latent @ c_scored[:, None].transpose(-2, -1) + rope_scores
         else:
             k_nope = _split(_lin(p, "W_uk", c_all), nh)
             if v.rope_on == "nope":
@@ -234,12 +268,11 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
         values = _split(_lin(p, "W_uv", c_all), nh)
     scale = math.sqrt(hd + r) if v.scale == "head_dim+rope" else math.sqrt(hd)
     scores = (scores / scale).masked_fill(_causal_hide(n, num_keys, v.mask), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores, dim=v.softmax_dim)
     if absorb and v.cache != "up_projected" and v.rope_on != "nope":
-        w_uv = p["W_uv.weight"].view(nh, hd, dc)
-        if v.absorb_uv == "transposed":
-            w_uv = p["W_uv.weight"].view(dc, nh, hd).permute(1, 2, 0)
-        ctx = (weights @ c_all[:, None]) @ w_uv.transpose(-2, -1)  # (B, nh, n, dc) -> (B, nh, n, hd)
+        w_uv = _absorbed(p["W_uv.weight"], nh, hd, dc, v.absorb_uv)
+        c_values = c_scored if v.rope_on == "absorbed_all" else c_all
+        ctx = (weights @ c_values[:, None]) @ w_uv.transpose(-2, -1)  # (B, nh, n, dc) -> (B, nh, n, hd)
     else:
         ctx = weights @ values
     out = _lin(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
@@ -345,6 +378,10 @@ M_ROPE_D_MODEL = _mistake("rope_freq_d_model")
 M_ROPE_AFTER = _mistake("rope_after_cache")
 M_ROPE_MISSING = _mistake("rope_missing")
 M_ROPE_DIRECTION = _mistake("rope_wrong_direction")
+M_ROPE_EXPONENT = _mistake("rope_exponent_off_by_one")
+M_ROPE_NO_TWO = _mistake("rope_exponent_off_by_one", "rope_exponent_no_two")
+M_ROPE_HALF_ON_PAIRS = _mistake("rope_layouts_mixed", "rope_half_angles_on_pairs")
+M_ROPE_PAIRS_ON_HALF = _mistake("rope_layouts_mixed", "rope_pair_angles_on_half")
 
 M_MAX_STALE = _mistake("max_not_updated")
 M_NO_MAX = _mistake("no_running_max")
@@ -361,11 +398,27 @@ M_MLA_UP = _mistake("mla_cache_up_projected")
 M_MLA_ROPE_LATENT = _mistake("mla_rope_on_compressed_key")
 M_MLA_ROPE_NOPE = _mistake("mla_rope_on_nope")
 M_MLA_TRANSPOSE = _mistake("mla_absorb_wrong_transpose")
+M_MLA_PER_HEAD_IN_OUT = _mistake("mla_absorb_wrong_transpose", "mla_absorb_per_head_in_out")
+M_MLA_HEADS_MINOR = _mistake("mla_absorb_wrong_transpose", "mla_absorb_heads_minor")
+M_MLA_T_RESHAPE = _mistake("mla_absorb_wrong_transpose", "mla_absorb_t_reshape")
+M_MLA_ROPE_ABSORBED = _mistake("mla_rope_on_absorbed_latents")
 M_MLA_SCALE = _mistake("mla_scale_without_rope")
 M_MLA_NO_ROPE = _mistake("rope_missing", "rope_missing_mla")
 M_ONLY_NEW = _mistake("cache_only_new", "cache_only_new_mla")
 M_TOP_LEFT = _mistake("mask_top_left", "mask_top_left_chunk")
+M_SOFTMAX_QUERIES = _mistake("softmax_wrong_axis")
+M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
+M_SOFTMAX_BATCH = _mistake("softmax_wrong_axis", "softmax_batch_axis")
 
 
-def mutant(pair, variant):
-    return Mutant(pair[0], pair[1], variant)
+def mutant(pair, variant, paired=True):
+    """``paired=False``: named alone, not tried two at a time with the others (rarer mistakes, whose pairs would
+    multiply the grader's work)."""
+    return Mutant(pair[0], pair[1], variant, paired=paired)
+
+
+def softmax_axis_mutants(ok):
+    """The softmax over another axis of the (batch, heads, queries, keys) scores than the keys."""
+    return [mutant(M_SOFTMAX_QUERIES, replace(ok, softmax_dim=-2), paired=False),
+            mutant(M_SOFTMAX_HEADS, replace(ok, softmax_dim=1), paired=False),
+            mutant(M_SOFTMAX_BATCH, replace(ok, softmax_dim=0), paired=False)]

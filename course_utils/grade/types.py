@@ -21,6 +21,7 @@ class Mutant:
     message: str
     variant: object             # the flags of one reference computation (specs.Variant, specs_beyond.*Variant)
     outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
+    paired: bool = True         # also tried two at a time with the others (specs.mutant_pairs)
 
 
 @dataclass

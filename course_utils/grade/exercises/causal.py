@@ -11,6 +11,7 @@ from ..specs import (
     M_KEYS_Q,
     M_NO_SCALE,
     M_SOFTMAX,
+    M_SOFTMAX_BATCH,
     causal_mutants,
     grad_case,
     grad_mutants,
@@ -91,6 +92,7 @@ def mutants() -> list:
         [
             mutant(M_NO_SCALE, replace(CAUSAL, scale="none")),
             mutant(M_SOFTMAX, replace(CAUSAL, softmax_dim=-2)),
+            mutant(M_SOFTMAX_BATCH, replace(CAUSAL, softmax_dim=0), paired=False),  # dim=1 is dim=-2 on batched scores
             mutant(M_KEYS_Q, replace(CAUSAL, keys_from="W_query")),
         ]
         + causal_mutants(CAUSAL)

@@ -15,6 +15,9 @@ from ..specs import (
     M_NOT_UPDATED,
     M_ONLY_NEW,
     M_SCALE_D_OUT,
+    M_SOFTMAX,
+    M_SOFTMAX_BATCH,
+    M_SOFTMAX_HEADS,
     M_SQUARE,
     M_TOP_LEFT,
     M_WRONG_AXIS,
@@ -128,6 +131,9 @@ def mutants() -> list:
             mutant(M_WRONG_AXIS, replace(CAUSAL, cache="wrong_axis")),
             mutant(M_IGNORES_PAST, replace(CAUSAL, cache="own_state"), outputs_only=True),
             mutant(M_SCALE_D_OUT, replace(CAUSAL, scale="d_out")),
+            mutant(M_SOFTMAX, replace(CAUSAL, softmax_dim=-2), paired=False),
+            mutant(M_SOFTMAX_HEADS, replace(CAUSAL, softmax_dim=1), paired=False),
+            mutant(M_SOFTMAX_BATCH, replace(CAUSAL, softmax_dim=0), paired=False),
         ]
         + heads_mutants(CAUSAL)
         + causal_mutants(CAUSAL)

@@ -7,13 +7,21 @@ from dataclasses import replace
 
 from ..registry import Exercise
 from ..specs_beyond import (
+    M_MLA_HEADS_MINOR,
     M_MLA_NO_ROPE,
+    M_MLA_PER_HEAD_IN_OUT,
+    M_MLA_ROPE_ABSORBED,
     M_MLA_ROPE_LATENT,
     M_MLA_ROPE_NOPE,
     M_MLA_SCALE,
+    M_MLA_T_RESHAPE,
     M_MLA_TRANSPOSE,
     M_MLA_UP,
     M_ONLY_NEW,
+    M_ROPE_EXPONENT,
+    M_ROPE_HALF_ON_PAIRS,
+    M_ROPE_NO_TWO,
+    M_ROPE_PAIRS_ON_HALF,
     M_ROPE_RESTART,
     M_TOP_LEFT,
     MlaVariant,
@@ -22,6 +30,7 @@ from ..specs_beyond import (
     module_case,
     module_expected,
     mutant,
+    softmax_axis_mutants,
 )
 from ..types import Case
 
@@ -101,7 +110,21 @@ def mutants() -> list:
         mutant(M_ROPE_RESTART, replace(ok, positions="restart")),
         mutant(M_ONLY_NEW, replace(ok, cache="only_new")),
         mutant(M_TOP_LEFT, replace(ok, mask="top_left")),
-    ]
+    ] + [  # the absorbed weights split into heads the wrong way, in W_uk, W_uv or both
+        mutant(key, replace(ok, **{w: how for w in which}), paired=False)
+        for key, how in ((M_MLA_PER_HEAD_IN_OUT, "per_head_in_out"), (M_MLA_HEADS_MINOR, "heads_minor"),
+                         (M_MLA_T_RESHAPE, "t_reshape"))
+        for which in (("absorb_uk",), ("absorb_uv",), ("absorb_uk", "absorb_uv"))
+    ] + [
+        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_latents"), paired=False),
+        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_all"), paired=False),
+        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_query"), paired=False),
+        mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="shifted"), paired=False),
+        mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="odd"), paired=False),
+        mutant(M_ROPE_NO_TWO, replace(ok, rope_exponent="no_two"), paired=False),
+        mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, rope_layout="half_angles_pairs"), paired=False),
+        mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, rope_layout="pair_angles_half"), paired=False),
+    ] + softmax_axis_mutants(ok)
 
 
 EXERCISE = Exercise(

@@ -9,8 +9,12 @@ from ..specs_beyond import (
     M_ROPE_AFTER,
     M_ROPE_D_MODEL,
     M_ROPE_DIRECTION,
+    M_ROPE_EXPONENT,
+    M_ROPE_HALF_ON_PAIRS,
     M_ROPE_MISSING,
+    M_ROPE_NO_TWO,
     M_ROPE_PAIRS,
+    M_ROPE_PAIRS_ON_HALF,
     M_ROPE_RESTART,
     M_ROPE_V,
     M_TOP_LEFT,
@@ -20,6 +24,7 @@ from ..specs_beyond import (
     mutant,
     rope_forward,
     rope_param_shapes,
+    softmax_axis_mutants,
 )
 from ..types import Case
 
@@ -91,7 +96,12 @@ def mutants() -> list:
         mutant(M_ROPE_MISSING, replace(ok, rope=False)),
         mutant(M_ROPE_DIRECTION, replace(ok, direction=-1)),
         mutant(M_TOP_LEFT, replace(ok, mask="top_left")),
-    ]
+        mutant(M_ROPE_EXPONENT, replace(ok, exponent="shifted"), paired=False),
+        mutant(M_ROPE_EXPONENT, replace(ok, exponent="odd"), paired=False),
+        mutant(M_ROPE_NO_TWO, replace(ok, exponent="no_two"), paired=False),
+        mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, layout="half_angles_pairs"), paired=False),
+        mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, layout="pair_angles_half"), paired=False),
+    ] + softmax_axis_mutants(ok)
 
 
 EXERCISE = Exercise(

@@ -13,6 +13,8 @@ from ..specs import (
     M_NO_SQRT,
     M_SCALE_D_IN,
     M_SOFTMAX,
+    M_SOFTMAX_BATCH,
+    M_SOFTMAX_DIM1,
     M_VALUES_K,
     PLAIN,
     grad_case,
@@ -46,6 +48,8 @@ def mutants() -> list:
         mutant(M_NO_SQRT, replace(PLAIN, scale="no_sqrt")),
         mutant(M_SCALE_D_IN, replace(PLAIN, scale="d_in")),
         mutant(M_SOFTMAX, replace(PLAIN, softmax_dim=-2)),
+        mutant(M_SOFTMAX_DIM1, replace(PLAIN, softmax_dim=1), paired=False),  # right on the unbatched case only
+        mutant(M_SOFTMAX_BATCH, replace(PLAIN, softmax_dim=0), paired=False),
         mutant(M_KEYS_Q, replace(PLAIN, keys_from="W_query")),
         mutant(M_VALUES_K, replace(PLAIN, values_from="W_key")),
         mutant(M_CAUSAL_SA, specs.CAUSAL),

@@ -12,6 +12,7 @@ from ..specs import (
     M_NO_SCALE,
     M_SHARED,
     M_SOFTMAX,
+    M_SOFTMAX_BATCH,
     M_SUM,
     causal_mutants,
     grad_case,
@@ -103,6 +104,7 @@ def mutants() -> list:
             mutant(M_CAT_TOKENS, replace(CAUSAL, wrapper="cat_tokens")),
             mutant(M_NO_SCALE, replace(CAUSAL, scale="none")),
             mutant(M_SOFTMAX, replace(CAUSAL, softmax_dim=-2)),
+            mutant(M_SOFTMAX_BATCH, replace(CAUSAL, softmax_dim=0), paired=False),  # dim=1 is dim=-2 on batched scores
         ]
         + causal_mutants(CAUSAL)
         + grad_mutants(CAUSAL)

@@ -418,7 +418,8 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
-    answers = [(str(q)[:80], _plain_answer(v)) for q, v in learner_grade.ANSWERS[:20]]
+    answers = [(str(q)[:80], None if v is None else _plain_answer(v))  # None: not answered (yet)
+               for q, v in learner_grade.ANSWERS[:20]]
     result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 
     def missing(entry, key, **args):

@@ -44,6 +44,11 @@ TEXTS = {
     "not_class": "{name} is not a class",
     "not_function": "{name} is not a function",
     "stopped": "grading {exercise} stopped: {message}",
+    # the learner site's course_utils (learner_site/course_utils/__init__.py)
+    "course_numbers": "course_utils.{name} is not available while a submission is graded: interview mode asks for "
+                      "its numbers, work them out yourself",
+    "course_withheld": "course_utils.{name} is not available while a submission is graded: the exercise asks you "
+                       "to write it yourself (available: {available})",
     # interview mode's dialects (dialects.py)
     "accepted": ACCEPTED,
     "no_parameters": "no parameters",

@@ -13,15 +13,40 @@ from .device import DEVICE_ENV_VAR, get_device, synchronize
 __all__ = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "synchronize")
 
 
+try:  # the harness's texts, beside it in /grader: the errors below are then said in the learner's language
+    from texts import Said
+except ImportError:
+    Said = Exception
+
+
+class NotAvailable(Said, RuntimeError):
+    pass
+
+
+class Withheld(Said, AttributeError):
+    pass
+
+
+def _error(cls, base, key, **args):
+    if Said is Exception:  # no texts to say it with: the English
+        return base({"course_numbers": "course_utils.{name} is not available while a submission is graded: "
+                                       "interview mode asks for its numbers, work them out yourself",
+                     "course_withheld": "course_utils.{name} is not available while a submission is graded: the "
+                                        "exercise asks you to write it yourself (available: {available})"}[key]
+                    .format(**args))
+    return cls(key, **args)
+
+
 def kv_cache_bytes(*args, **kwargs):
     """Importable (exercise 6 imports it for a table it prints once its check passes), not callable here."""
-    raise RuntimeError("course_utils.kv_cache_bytes is not available while a submission is graded: interview mode "
-                       "asks for its numbers, work them out yourself")
+    raise _error(NotAvailable, RuntimeError, "course_numbers", name="kv_cache_bytes")
 
 
 def __getattr__(name):
-    raise AttributeError(f"course_utils.{name} is not available while a submission is graded: the exercise asks "
-                         f"you to write it yourself (available: {', '.join(__all__)})")
+    if name.startswith("__"):  # Python's own probes (__path__, __file__ ...): no message to make
+        raise AttributeError(name)
+    key = "course_numbers" if name == "mla_cache_bytes" else "course_withheld"
+    raise _error(Withheld, AttributeError, key, name=name, available=", ".join(__all__))
 
 
 if (Path(__file__).parent / "capstone").is_dir():  # mounted only where the capstone's function is graded
