@@ -80,9 +80,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "refusal.uses_cell": ("uses cell {cell}: {what}", "单元格 {cell} 用了 {what}"),
     "refusal.course_scoring": ("calls {call}, the course's own scoring", "调用了课程自带的打分函数 {call}"),
     "refused.forbidden": ("no credit: interview mode (手撕MHA) asks for the computation by hand, without "
-                          "F.scaled_dot_product_attention, nn.MultiheadAttention or course_utils: {first}",
+                          "F.scaled_dot_product_attention, FlexAttention, nn.MultiheadAttention or course_utils: "
+                          "{first}",
                           "不得分：面试模式（手撕MHA）要求亲手写出计算过程，不能用 F.scaled_dot_product_attention、"
-                          "nn.MultiheadAttention 或 course_utils：{first}"),
+                          "FlexAttention、nn.MultiheadAttention 或 course_utils：{first}"),
     "refused.delegates": ("no credit: the submission delegates to course_utils' reference implementation: {first}",
                           "不得分：提交的代码直接用了 course_utils 的参考实现：{first}"),
     "refused.capstone": ("no credit: compute the head scores yourself: {first}", "不得分：各个头的分数要你自己算：{first}"),

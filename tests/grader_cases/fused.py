@@ -65,6 +65,20 @@ CHEATS = {
     # the private aten kernel reached through a name built at run time
     "built_name.py": _with_forward("getattr(torch.ops.aten, NAME)(q, k, v, is_causal=True)[0]",
                                    before="import torch\nNAME = '_scaled_dot_product_' + 'attention_math'\n"),
+    # nn.MultiheadAttention's functional form on the class's own weights; with need_weights=True it computes the
+    # weights with bmm and softmax, no fused kernel: seen at torch's function level
+    "mha_functional.py": _MHA_HEAD + '''
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (lin(x).transpose(0, 1) for lin in (self.W_query, self.W_key, self.W_value))  # (T, B, d_out)
+        eye = torch.eye(self.d_out)  # projections done above: identity in-projections
+        y, _ = F.multi_head_attention_forward(
+            q, k, v, self.d_out, self.num_heads, None, None, None, None, False, self.dropout.p,
+            self.out_proj.weight, self.out_proj.bias, training=self.training, need_weights=True,
+            attn_mask=self.mask.bool()[:n, :n], use_separate_proj_weight=True,
+            q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)
+        return y.transpose(0, 1)
+''',
     # stopping the grader's record of what runs, then calling SDPA
     "stops_profiler.py": _with_forward("(torch.autograd._disable_profiler(), " + SDPA + ")[1]",
                                        before="import torch\n"),

@@ -150,12 +150,19 @@ class FusedTracer:
         config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
                                 _ExperimentalConfig(profile_all_threads=True))
         activities = {ProfilerActivity.CPU}
+        level = os.environ.get(_KINETO_LOG_LEVEL)
+        os.environ[_KINETO_LOG_LEVEL] = "6"  # the profiler's library logs its start and stop on stderr unless told
         try:
             _prepare_profiler(config, activities)
             _enable_profiler(config, activities)
         except RuntimeError:  # a profiler the submission left running: ours replaces it
             self._disable()
             _enable_profiler(config, activities)
+        finally:
+            if level is None:
+                os.environ.pop(_KINETO_LOG_LEVEL, None)
+            else:
+                os.environ[_KINETO_LOG_LEVEL] = level
         hop = torch._ops.HigherOrderOperator
         seen, self._hop_call = self.seen, hop.__call__
 
@@ -188,6 +195,7 @@ class FusedTracer:
 
 
 _END = "grader: end of tracing"
+_KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read once, when the profiler first starts in a process
 _FLEX_SOURCE = os.path.join("torch", "nn", "attention", "flex_attention.py")
 
 
@@ -360,19 +368,20 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
             torch.manual_seed(first["seed"] + 1)
             with torch.no_grad():
                 outputs["repeat.out"] = _plain(_call(caller, {**first, "grad": None}, None)[0])
-        if trace:  # one more forward in each mode on an input that records torch's functions
-            for training in (False, True):
-                module.train(training)
-                try:
-                    with torch.no_grad():
-                        _call(caller, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None)
-                except Exception:  # noqa: BLE001 - graded on plain inputs above; this pass only watches
-                    pass
     except Exception as exc:  # noqa: BLE001
         record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": step}
         if trace and _raised_by_flex(exc):
             _Traced.seen.add("flex_attention")
     finally:
+        if trace:  # one more forward in each mode on an input that records torch's functions, even after an error
+            first = case["calls"][0]
+            for training in (False, True):
+                try:
+                    module.train(training)
+                    with torch.no_grad():
+                        _call(caller, {**first, "grad": None, "x": first["x"].as_subclass(_Traced)}, None)
+                except Exception:  # noqa: BLE001 - graded on plain inputs above; this pass only watches
+                    pass
         record["calls"] = sorted(_Traced.seen)
         _Traced.seen.clear()
     return record
