@@ -76,8 +76,6 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                  "关掉了评分器记录所运行算子的 profiler，无法确认它算的是什么"),
     "refusal.imports": ("imports {what}", "导入了 {what}"),
     "refusal.imports_cell": ("imports cell {cell}: {what}", "单元格 {cell} 导入了 {what}"),
-    "refusal.uses": ("uses {what}", "用了 {what}"),
-    "refusal.uses_cell": ("uses cell {cell}: {what}", "单元格 {cell} 用了 {what}"),
     "refusal.course_scoring": ("calls {call}, the course's own scoring", "调用了课程自带的打分函数 {call}"),
     "refused.forbidden": ("no credit: interview mode (手撕MHA) asks for the computation by hand, without "
                           "F.scaled_dot_product_attention, FlexAttention, nn.MultiheadAttention or course_utils: "
