@@ -164,14 +164,14 @@ class FusedTracer:
             else:
                 os.environ[_KINETO_LOG_LEVEL] = level
         hop = torch._ops.HigherOrderOperator
-        seen, self._hop_call = self.seen, hop.__call__
+        seen, original = self.seen, hop.__call__
+        self._hop_call = original
 
         def watched(op, *args, **kwargs):
             name = op.name() if callable(getattr(op, "name", None)) else ""
             if isinstance(name, str) and _fused(name):
                 seen.add(name)
-            return FusedTracer._original(op, *args, **kwargs)
-        FusedTracer._original = self._hop_call
+            return original(op, *args, **kwargs)
         hop.__call__ = watched
         return self
 
@@ -372,6 +372,9 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
         record["error"] = {**describe_exception(exc, learner_files, "forward"), "step": step}
         if trace and _raised_by_flex(exc):
             _Traced.seen.add("flex_attention")
+    except BaseException:  # a timeout: no more calls into the learner's code
+        trace = False
+        raise
     finally:
         if trace:  # one more forward in each mode on an input that records torch's functions, even after an error
             first = case["calls"][0]
