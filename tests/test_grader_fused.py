@@ -71,7 +71,9 @@ def test_the_tracer_sees_every_thread_and_only_fused_attention(capfd):
     assert capfd.readouterr().err == ""  # the profiler's library logs nothing into a notebook
 
 
-SANDBOXED = ["train_only.py", "script_fn.py", "flex.py", "compiled.py", "stops_profiler.py"]
+# torch.compile is refused in process above; in the sandbox its compilation can outlast the time limit on a busy
+# machine (a time-out, 0 points as well, but not the diagnosis this test asserts)
+SANDBOXED = ["train_only.py", "script_fn.py", "flex.py", "custom_op.py", "stops_profiler.py"]
 
 
 @pytest.mark.requires_sandbox
