@@ -46,6 +46,12 @@ CHEATS = {
         "LIB.define('attend(Tensor q, Tensor k, Tensor v) -> Tensor')\n"
         "LIB.impl('attend', lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),\n"
         "         'CompositeImplicitAutograd')\n")),
+    "custom_op_decorated.py": _with_forward("attend(q, k, v)", before=(
+        "import torch\n"
+        "import torch.nn.functional as F\n\n\n"
+        "@torch.library.custom_op('interview2::attend', mutates_args=())\n"
+        "def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n\n\n")),
     # vmap over the heads: each head's (T, hs) goes through SDPA
     "vmap_heads.py": _with_forward(
         "torch.vmap(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), in_dims=1, "
@@ -132,6 +138,8 @@ with torch.no_grad():
     _ref = _m.out_proj(_ref.transpose(1, 2).reshape(2, 6, 8))
     assert torch.allclose(_m(_x), _ref, atol=1e-5), "my MHA differs from SDPA"
 ''',
+    # the fused kernel imported (for a comparison never run) but not called
+    "unused_import.py": "from torch.nn.functional import scaled_dot_product_attention  # noqa: F401\n" + GOOD,
     # a torch.library operator of one's own, named like the fused kernel, whose body is the computation by hand
     "own_custom_op_named_sdpa.py": _head_with_helper(_MHA_HEAD).replace(
         "class MultiHeadAttention", "LIB = torch.library.Library('mine', 'DEF')\n"
