@@ -1,10 +1,10 @@
 """Interview mode refuses fused attention by what runs, never by names in the text (issue 21).
 
-Every route to PyTorch's fused attention in tests/grader_cases/fused.py (training mode only, TorchScript, a
-torch.library op, vmap over heads, torch.compile, FlexAttention, a name built at run time, nn.MultiheadAttention's
-functional form, a stopped profiler) is refused with the fused-attention diagnosis; every honest answer that only
-names the fused kernel (a helper of its own, a docstring, a test that compares with SDPA, an operator of its own)
-passes, in the notebook's kernel and in the sandbox.
+Every route to PyTorch's fused attention in tests/grader_cases/fused.py (training mode only, TorchScript, torch.library
+ops, vmap over heads, torch.compile, FlexAttention, a name built at run time, nn.MultiheadAttention's functional
+form, type sniffing, torch function hooks turned off, a stopped profiler) is refused with the fused-attention
+diagnosis; every honest answer that only names the fused kernel (a helper of its own, a docstring, a test that
+compares with SDPA, an unused import, an operator of its own) passes, in the notebook's kernel and in the sandbox.
 """
 import csv
 import importlib.util

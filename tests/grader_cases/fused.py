@@ -85,6 +85,20 @@ CHEATS = {
             q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)
         return y.transpose(0, 1)
 ''',
+    # SDPA only on plain tensors (a traced input gets the computation by hand), or with torch functions' hooks off:
+    # both dodge a watcher of the input, not the dispatcher
+    "type_sniffing.py": _with_forward("(" + SDPA + " if type(q) is torch.Tensor else self.by_hand(q, k, v))",
+                                      before="import torch\n") + '''
+    def by_hand(self, q, k, v):
+        n = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
+        return self.dropout(torch.softmax(scores, dim=-1)) @ v
+''',
+    "subclass_hooks_off.py": _with_forward("self.quietly(q, k, v)", before="import torch\n") + '''
+    def quietly(self, q, k, v):
+        with torch._C.DisableTorchFunctionSubclass():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+''',
     # stopping the grader's record of what runs, then calling SDPA
     "stops_profiler.py": _with_forward("(torch.autograd._disable_profiler(), " + SDPA + ")[1]",
                                        before="import torch\n"),
