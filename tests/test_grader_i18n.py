@@ -196,7 +196,8 @@ def test_capstone_and_follow_ups_in_chinese(capsys):
 
 def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     """Notes from the child (a syntax error, sys.exit, an exception, a %%bash cell, a cell that times out), a
-    contract violation, a missing class and an interview refusal, all from one unsandboxed run of a notebook;
+    contract violation, a missing class and a cell that only names SDPA (no refusal: interview mode refuses what
+    runs), all from one unsandboxed run of a notebook;
     then the sandbox's own failures (a timeout, a crash, an unreadable notebook)."""
     cells = ["def broken(:\n", "import sys\nsys.exit(1)\n", "1 / 0\n", "%%bash\necho hi\n", "while True:\n    pass\n",
              "import torch.nn.functional as F\nF.scaled_dot_product_attention\n",
@@ -210,9 +211,9 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     zh = "\n".join([r.report("zh") for r in report.results] + [messages.text(n, "zh") for n in report.notes])
     assert_chinese(zh)
     for expected in ("单元格 0：SyntaxError", "调用了 sys.exit()", "ZeroDivisionError", "跳过了一个 %%bash 单元格",
-                     "超时了（是不是有死循环？）", "接口约定：W_key.weight 的形状应为", "没有找到类 GroupedQueryAttention",
-                     "单元格 5 用了 scaled_dot_product_attention（第 2 行）"):
+                     "超时了（是不是有死循环？）", "接口约定：W_key.weight 的形状应为", "没有找到类 GroupedQueryAttention"):
         assert expected in zh, expected
+    assert "scaled_dot_product_attention" not in zh  # cell 5 only names SDPA: interview mode refuses what runs
     assert json.dumps(report.to_dict("en")) == json.dumps(report.to_dict())
 
     class Outcome:

@@ -228,8 +228,10 @@ def _refusals(ex: Exercise, records, refusals):
         for call in rec.get("calls", []):
             if call.startswith("course_utils"):
                 refusals.append(Msg("refusal.calls_course", call=call))
-            elif interview:
-                refusals.append(Msg("refusal.interview_call", call=call))
+            elif interview:  # what the harness saw run: a fused kernel, FlexAttention, or its tracing stopped
+                refusals.append(Msg("refusal.profiler_stopped") if call == "profiler:stopped" else
+                                Msg("refusal.flex", call=call) if "flex_attention" in call else
+                                Msg("refusal.interview_call", call=call))
     return list(dict.fromkeys(refusals))
 
 

@@ -77,16 +77,21 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "error.plain": ("{type}: {message}", "{type}：{message}"),
     "error.plain_line": ("{type}: {message} (your {line})", "{type}：{message}（你的代码{line}）"),
     "refusal.calls_course": ("calls course_utils' reference code ({call})", "调用了 course_utils 的参考实现（{call}）"),
-    "refusal.interview_call": ("uses {call}, which interview mode does not allow", "用了 {call}，面试模式不允许这样做"),
+    "refusal.interview_call": ("runs {call}, fused attention, which interview mode does not allow",
+                               "运行了 {call}（融合注意力），面试模式不允许这样做"),
+    "refusal.flex": ("runs FlexAttention ({call}), fused attention, which interview mode does not allow",
+                     "运行了 FlexAttention（{call}），这是融合注意力，面试模式不允许这样做"),
+    "refusal.profiler_stopped": ("stops the grader's record of the operators it runs (the profiler), so what it "
+                                 "computes cannot be checked",
+                                 "关掉了评分器记录所运行算子的 profiler，无法确认它算的是什么"),
     "refusal.imports": ("imports {what}", "导入了 {what}"),
     "refusal.imports_cell": ("imports cell {cell}: {what}", "单元格 {cell} 导入了 {what}"),
-    "refusal.uses": ("uses {what}", "用了 {what}"),
-    "refusal.uses_cell": ("uses cell {cell}: {what}", "单元格 {cell} 用了 {what}"),
     "refusal.course_scoring": ("calls {call}, the course's own scoring", "调用了课程自带的打分函数 {call}"),
     "refused.forbidden": ("no credit: interview mode (手撕MHA) asks for the computation by hand, without "
-                          "F.scaled_dot_product_attention, nn.MultiheadAttention or course_utils: {first}",
+                          "F.scaled_dot_product_attention, FlexAttention, nn.MultiheadAttention or course_utils: "
+                          "{first}",
                           "不得分：面试模式（手撕MHA）要求亲手写出计算过程，不能用 F.scaled_dot_product_attention、"
-                          "nn.MultiheadAttention 或 course_utils：{first}"),
+                          "FlexAttention、nn.MultiheadAttention 或 course_utils：{first}"),
     "refused.delegates": ("no credit: the submission delegates to course_utils' reference implementation: {first}",
                           "不得分：提交的代码直接用了 course_utils 的参考实现：{first}"),
     "refused.capstone": ("no credit: compute the head scores yourself: {first}", "不得分：各个头的分数要你自己算：{first}"),

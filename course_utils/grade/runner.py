@@ -164,7 +164,6 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         return Msg(key + "_cell", cell=c["index"], what=what) if len(cells) > 1 else Msg(key, what=what)
 
     imports = [said("refusal.imports", c, imp) for c in prepared for imp in source.course_imports(c["source"])]
-    forbidden = [said("refusal.uses", c, v) for c in prepared for v in source.interview_violations(c["source"])]
     models = [ex for ex in exercises if get(ex).kind == "model"]
     exercises = [ex for ex in exercises if ex not in models]
 
@@ -178,15 +177,16 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         else:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_verdict(ex, data, graded[ex], imports, forbidden, report.notes) for ex in exercises]
+            report.results += [_verdict(ex, data, graded[ex], imports, report.notes) for ex in exercises]
     for ex in models:
         left = max(1.0, deadline - time.monotonic())
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
-def _verdict(ex, data, graded, imports, forbidden, notes):
-    refusals = list(imports) + (list(forbidden) if get(ex).interview else [])
+def _verdict(ex, data, graded, imports, notes):
+    # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
+    refusals = list(imports)
     if refusals:  # known from the source alone, whatever the child ran or failed to run
         return verdict(ex, [], graded.cases, refusals=refusals)
     entry = data["exercises"].get(ex)

@@ -18,7 +18,6 @@ class SubmissionError(Exception):
 # KV-cache size formula (arithmetic that implements no part of any exercise)
 ALLOWED_COURSE_NAMES = {"grade", "check", "data", "device", "viz", "book_inputs", "book_batch", "BOOK_TOKENS",
                         "get_device", "synchronize", "DEVICE_ENV_VAR", "kv_cache_bytes"}
-FORBIDDEN_IN_INTERVIEW = {"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward"}
 # what the grader's own process reads and parses of one submission, checked before any parse: an exercise notebook
 # is under 40 KiB with under 8 KiB of code; a 4 MB literal would cost ast.parse 2 GiB
 MAX_FILE_BYTES = 8 << 20
@@ -205,28 +204,3 @@ def course_imports(source: str) -> list[str]:
 
 def _at(name: str, node) -> Msg:
     return Msg("source.at_line", name=name, line=node.lineno)
-
-
-def _forbidden_name(name) -> bool:
-    return isinstance(name, str) and (name in FORBIDDEN_IN_INTERVIEW or "scaled_dot_product" in name
-                                      or "multi_head_attention" in name.lower())
-
-
-def interview_violations(source: str) -> list[str]:
-    """What interview mode refuses in ``source``: SDPA under any name (public, private, torch.ops.aten...),
-    nn.MultiheadAttention, and those names spelled as strings (getattr(F, "scaled_dot_" + ...) is not)."""
-    tree = _parse(source)
-    if tree is None:
-        return []
-    found = []
-    for node in ast.walk(tree):
-        name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
-                else node.value if isinstance(node, ast.Constant) else None)
-        if _forbidden_name(name):
-            found.append(_at(name, node))
-        elif (isinstance(node, ast.Attribute) and node.attr == "aten" and isinstance(node.value, ast.Attribute)
-              and node.value.attr == "ops"):
-            found.append(_at("torch.ops.aten", node))
-        if isinstance(node, (ast.ImportFrom, ast.Import)):
-            found += [_at(a.name, node) for a in node.names if _forbidden_name(a.name)]
-    return list(dict.fromkeys(found))
