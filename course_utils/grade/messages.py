@@ -52,6 +52,11 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                       "{label}形状为 {got}，但接口约定要求 {need}{extra}"),
     "compare.cache_layout": (" ([b, num_heads, n_past + n_new, head_dim])",
                              "（[b, num_heads, n_past + n_new, head_dim]）"),
+    "compare.not_tiled": ("{step}: more memory than tiles need: the full score matrix, or a (block, n_k) row strip "
+                          "of it, was built",
+                          "{step}：用的内存超出了分块所需：构造了完整的分数矩阵，或其中一整条 (block, n_k) 的行带"),
+    "compare.not_absorbed": ("{step}: absorb=True built per-head keys or values of every cached token",
+                             "{step}：absorb=True 时为每个缓存的 token 构造了每个头的键或值"),
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
     "compare.differs": ("{label} differs from the reference (max abs difference {diff:.3g})",
                         "{label}与参考实现不一致（最大绝对误差 {diff:.3g}）"),
@@ -297,9 +302,19 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                "对数和指数（LSE）少加了最大值：lse = m + log(l)"),
     "mutant.no_scale_online": ("scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)",
                                "注意力分数没有缩放：要把 q @ k^T 乘以 1/sqrt(head_dim)"),
-    "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix is built: compute one "
-                                   "(block, block) tile of scores at a time",
-                                   "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵：应当一次只算一个 (block, block) 的分数分块"),
+    "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix, or a (block, n_k) "
+                                   "strip of it with a plain softmax, is built: compute one (block, block) tile of "
+                                   "scores at a time, with the running max and sum",
+                                   "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵，或用普通 softmax 算了"
+                                   "其中一整条 (block, n_k) 的行带：应当一次只算一个 (block, block) 的分数分块，"
+                                   "配合运行中的最大值和和"),
+    "mutant.mla_absorb_ignored": ("absorb=True runs the explicit path: per-head keys or values of every cached "
+                                  "token are built (W_uk(c_kv) or W_uv(c_kv)); absorbed, the query becomes q_h @ "
+                                  "W_uk_h and attends to c_kv directly, and the weights times c_kv go through W_uv_h "
+                                  "afterwards",
+                                  "absorb=True 时走的仍是显式路径：为每个缓存的 token 构造了每个头的键或值"
+                                  "（W_uk(c_kv) 或 W_uv(c_kv)）；矩阵吸收时，查询变成 q_h @ W_uk_h，直接对 c_kv "
+                                  "做注意力，注意力权重乘 c_kv 之后再经过 W_uv_h"),
     "mutant.mla_cache_up_projected": ("the cache holds up-projected per-head keys/values: MLA caches only the latent "
                                       "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)",
                                       "缓存里存的是上投影后每个头的键/值：MLA 只缓存潜在向量 c_kv (b, n, kv_latent_dim) "
