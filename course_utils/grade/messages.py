@@ -364,6 +364,15 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mutant.last_layer_assumed": ("the answer assumes the induction head is in the last layer: score every layer (a "
                                   "layer may sit after it)",
                                   "这个答案默认归纳头在最后一层：要给每一层都打分（它后面可能还有别的层）"),
+    "mutant.largest_weight_norm": ("the answer is the head with the largest weights: a weight norm says nothing about "
+                                   "what a head does (a silent head can have the largest weights); score what each "
+                                   "head attends to on repeated sequences, or ablate it",
+                                   "这个答案是权重最大的那个头：权重范数说明不了一个头在做什么（一个不起作用的头也可能"
+                                   "权重最大）；请在重复序列上给每个头的注意力模式打分，或者逐个消融"),
+    "mutant.checkpoint_metadata": ("the answer is the one the checkpoint recorded at training: the graded models' "
+                                   "heads were moved, so only what the heads of the model you are given do finds it",
+                                   "这个答案是训练时检查点里记下的那个头：被评分的模型的头已经被挪动过，只有看你拿到的"
+                                   "这个模型里各个头实际在做什么才能找到它"),
     "capstone.not_a_pair": ("returned {answer}; the contract is a tuple (layer, head) of ints",
                             "返回了 {answer}；接口约定要求返回由整数组成的元组 (layer, head)"),
     "capstone.not_induction": ("returned {answer}, which is not the induction head", "返回了 {answer}，这不是归纳头"),
@@ -622,6 +631,18 @@ CASE_TITLES = {
                               "的提示，再一次一个 token，先显式、后吸收",
     "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache":
         "4 个头，每个宽 4，d_in=8，潜在维度 10，rope_dim 2：用矩阵吸收算 5 个 token，不带缓存",
+    "a past_key_value the module did not produce (4 tokens of another prompt, keys rotated), then 2 and 1 new "
+    "tokens": "一个不是由该模块产生的 past_key_value（另一段提示的 4 个 token，键已旋转），"
+              "再依次输入 2 个和 1 个新 token",
+    "a past_key_value the module did not produce (5 tokens of another prompt), then 2 new tokens explicit and 1 "
+    "absorbed": "一个不是由该模块产生的 past_key_value（另一段提示的 5 个 token），再显式计算 2 个新 token，"
+                "然后用矩阵吸收算 1 个",
+    "8 heads of 8, latent 4, rope_dim 2: one token at a time absorbed, after a given past of 40 tokens (the "
+    "absorbed path builds no per-head keys or values)": "8 个头，每个宽 8，潜在维度 4，rope_dim 2：在给定的 40 个 "
+                                                        "token 的 past 之后，用矩阵吸收一次算一个 token（吸收路径"
+                                                        "不构造每个头的键或值）",
+    "not causal, 256 queries x 32768 keys, head_dim 8, block 128 (the process's peak memory is measured)":
+        "非因果，256 个查询 × 32768 个键，head_dim 8，block 128（测量进程的内存峰值）",
     "the trained checkpoint": "训练好的 checkpoint",
     "heads permuted": "打乱各层中头的顺序",
     "heads permuted, an inert layer in front": "打乱头的顺序，并在最前面插入一个不起作用的层",

@@ -158,3 +158,68 @@ HONEST = {
     "online_reference": ("online_softmax", ONLINE),
     "online_numpy_tiles": ("online_softmax", ONLINE_NUMPY_TILES),
 }
+
+# --- the induction head found by a proxy instead of by what the heads do -------------------------------------
+
+INDUCTION_LARGEST_NORM = '''
+def find_induction_head(model):
+    best, answer = -1.0, None
+    for layer, block in enumerate(model.blocks):
+        attn, hd = block.attn, model.config.emb_dim // model.config.n_heads
+        for head in range(model.config.n_heads):
+            rows = slice(head * hd, (head + 1) * hd)
+            norm = sum(float(w[rows].norm()) for w in (attn.W_query.weight, attn.W_key.weight, attn.W_value.weight))
+            norm += float(attn.out_proj.weight[:, rows].norm())
+            if norm > best:
+                best, answer = norm, (layer, head)
+    return answer
+'''
+
+INDUCTION_QUERY_NORM = '''
+def find_induction_head(model):
+    hd = model.config.emb_dim // model.config.n_heads
+    norms = [[float(b.attn.W_query.weight[h * hd:(h + 1) * hd].norm()) for h in range(model.config.n_heads)]
+             for b in model.blocks]
+    layer = max(range(len(norms)), key=lambda i: max(norms[i]))
+    return layer, max(range(len(norms[layer])), key=lambda h: norms[layer][h])
+'''
+
+INDUCTION_METADATA = '''
+import torch
+from course_utils.induction import checkpoint_path
+
+
+def find_induction_head(model):
+    recorded = torch.tensor(torch.load(checkpoint_path("mha"), weights_only=True)["meta"]["scores"]["induction"])
+    return divmod(int(recorded.argmax()), recorded.shape[1])
+'''
+
+# the recorded head, looked for in the graded model by its query weights (most similar block)
+INDUCTION_METADATA_MATCHED = '''
+import torch
+from course_utils.induction import checkpoint_path
+
+
+def find_induction_head(model):
+    saved = torch.load(checkpoint_path("mha"), weights_only=True)
+    recorded = torch.tensor(saved["meta"]["scores"]["induction"])
+    layer, head = divmod(int(recorded.argmax()), recorded.shape[1])
+    hd = model.config.emb_dim // model.config.n_heads
+    target = saved["state_dict"][f"blocks.{layer}.attn.W_query.weight"][head * hd:(head + 1) * hd].flatten()
+    best, answer = -2.0, None
+    for i, block in enumerate(model.blocks):
+        for h in range(model.config.n_heads):
+            block_q = block.attn.W_query.weight[h * hd:(h + 1) * hd].flatten()
+            similarity = float(torch.nn.functional.cosine_similarity(block_q, target, dim=0))
+            if similarity > best:
+                best, answer = similarity, (i, h)
+    return answer
+'''
+
+# (source, diagnosis or None where a wrong answer is all there is to say)
+INDUCTION_DODGES = {
+    "largest_norm": (INDUCTION_LARGEST_NORM, "largest_weight_norm"),
+    "query_norm": (INDUCTION_QUERY_NORM, "largest_weight_norm"),
+    "metadata": (INDUCTION_METADATA, "checkpoint_metadata"),
+    "metadata_matched": (INDUCTION_METADATA_MATCHED, None),
+}
