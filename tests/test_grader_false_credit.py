@@ -19,8 +19,9 @@ import torch
 from course_utils.grade import grade_class, specs_capstone
 from course_utils.grade.exercises import get
 from course_utils.grade.messages import Msg
+from course_utils.grade.protocol import plan_case
 from course_utils.grade.runner import grade_file
-from course_utils.grade.sandbox.harness import PeakMemory
+from course_utils.grade.sandbox.harness import PeakMemory, run_function_case
 from course_utils.grade.specs_beyond import mla_forward, rope_forward
 from tests.grader_cases import false_credit as fc
 from tests.grader_cases.capstone import ALTERNATIVES as CAPSTONE_ALTERNATIVES
@@ -121,6 +122,16 @@ def test_peak_memory_sees_numpy_and_other_threads():
     if idle.rise is None:
         pytest.skip("no /proc/self/clear_refs here: the peak cannot be reset")
     assert idle.rise < 2 ** 20 and busy.rise >= 30 * 2 ** 20
+
+
+@pytest.mark.parametrize("name", ["online_numpy_full", "online_thread_full"])
+def test_only_the_peak_sees_numpy_and_threads(name):
+    """Without the peak measure the traced tensor sizes alone pass these dodges: the measure is what closes them."""
+    fn = load(fc.DODGES[name][1], "online_softmax_attention")
+    plan = plan_case(get("online_softmax").make_cases(seed=1)[-1])
+    assert run_function_case(fn, plan)["outputs"]["step1.tiled"] == 0.0
+    plan["calls"][0]["peak_bound"] = None
+    assert run_function_case(fn, plan)["outputs"]["step1.tiled"] == 1.0
 
 
 def test_the_peak_case_separates_tiles_from_strips():
