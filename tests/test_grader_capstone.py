@@ -38,7 +38,8 @@ def test_cases_move_the_heads_and_keep_the_model(seed):
     for case in cases:
         model = case.build()
         assert not hasattr(model, "checkpoint_meta")  # no training metadata (it names the heads)
-        torch.testing.assert_close(model(batch.tokens), logits, atol=1e-4, rtol=1e-5)  # the same function
+        # the same function, up to float32 rounding of the heads' rotated weights (a changed head moves logits by ~1)
+        torch.testing.assert_close(model(batch.tokens), logits, atol=1e-3, rtol=1e-5)
         scores = ind.head_scores(model, batch)
         n_heads = model.config.n_heads
         assert divmod(int(scores["induction"].argmax()), n_heads) == case.induction, case.name

@@ -52,6 +52,11 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                       "{label}形状为 {got}，但接口约定要求 {need}{extra}"),
     "compare.cache_layout": (" ([b, num_heads, n_past + n_new, head_dim])",
                              "（[b, num_heads, n_past + n_new, head_dim]）"),
+    "compare.not_tiled": ("{step}: more memory than tiles need: the full score matrix, or a (block, n_k) row strip "
+                          "of it, was built",
+                          "{step}：用的内存超出了分块所需：构造了完整的分数矩阵，或其中一整条 (block, n_k) 的行带"),
+    "compare.not_absorbed": ("{step}: absorb=True built per-head keys or values of every cached token",
+                             "{step}：absorb=True 时为每个缓存的 token 构造了每个头的键或值"),
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
     "compare.differs": ("{label} differs from the reference (max abs difference {diff:.3g})",
                         "{label}与参考实现不一致（最大绝对误差 {diff:.3g}）"),
@@ -381,9 +386,19 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                "对数和指数（LSE）少加了最大值：lse = m + log(l)"),
     "mutant.no_scale_online": ("scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)",
                                "注意力分数没有缩放：要把 q @ k^T 乘以 1/sqrt(head_dim)"),
-    "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix is built: compute one "
-                                   "(block, block) tile of scores at a time",
-                                   "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵：应当一次只算一个 (block, block) 的分数分块"),
+    "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix, or a (block, n_k) "
+                                   "strip of it with a plain softmax, is built: compute one (block, block) tile of "
+                                   "scores at a time, with the running max and sum",
+                                   "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵，或用普通 softmax 算了"
+                                   "其中一整条 (block, n_k) 的行带：应当一次只算一个 (block, block) 的分数分块，"
+                                   "配合运行中的最大值和和"),
+    "mutant.mla_absorb_ignored": ("absorb=True runs the explicit path: per-head keys or values of every cached "
+                                  "token are built (W_uk(c_kv) or W_uv(c_kv)); absorbed, the query becomes q_h @ "
+                                  "W_uk_h and attends to c_kv directly, and the weights times c_kv go through W_uv_h "
+                                  "afterwards",
+                                  "absorb=True 时走的仍是显式路径：为每个缓存的 token 构造了每个头的键或值"
+                                  "（W_uk(c_kv) 或 W_uv(c_kv)）；矩阵吸收时，查询变成 q_h @ W_uk_h，直接对 c_kv "
+                                  "做注意力，注意力权重乘 c_kv 之后再经过 W_uv_h"),
     # exercise 13 (paged_decode): the paged cache's slots and copy-on-write, split-K's merge
     "mutant.block_table_slot_without_block_size": (
         "slot = block_table[pos // block_size] + pos % block_size: a block number is not a slot number; multiply it "
@@ -506,6 +521,15 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mutant.last_layer_assumed": ("the answer assumes the induction head is in the last layer: score every layer (a "
                                   "layer may sit after it)",
                                   "这个答案默认归纳头在最后一层：要给每一层都打分（它后面可能还有别的层）"),
+    "mutant.largest_weight_norm": ("the answer is the head with the largest weights: a weight norm says nothing about "
+                                   "what a head does (a silent head can have the largest weights); score what each "
+                                   "head attends to on repeated sequences, or ablate it",
+                                   "这个答案是权重最大的那个头：权重范数说明不了一个头在做什么（一个不起作用的头也可能"
+                                   "权重最大）；请在重复序列上给每个头的注意力模式打分，或者逐个消融"),
+    "mutant.checkpoint_metadata": ("the answer is the one the checkpoint recorded at training: the graded models' "
+                                   "heads were moved, so only what the heads of the model you are given do finds it",
+                                   "这个答案是训练时检查点里记下的那个头：被评分的模型的头已经被挪动过，只有看你拿到的"
+                                   "这个模型里各个头实际在做什么才能找到它"),
     "capstone.not_a_pair": ("returned {answer}; the contract is a tuple (layer, head) of ints",
                             "返回了 {answer}；接口约定要求返回由整数组成的元组 (layer, head)"),
     "capstone.not_induction": ("returned {answer}, which is not the induction head", "返回了 {answer}，这不是归纳头"),
@@ -831,6 +855,18 @@ CASE_TITLES = {
         "窗口 16，比序列还长（就是普通的因果注意力），2 个头，每个宽 4：依次输入 3 个和 4 个 token",
     "a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens":
         "一个不是由该模块产生的满环形缓冲区（窗口 4，2 个汇聚点，已经见过 13 个 token），再输入 2 个新 token",
+    "a past_key_value the module did not produce (4 tokens of another prompt, keys rotated), then 2 and 1 new "
+    "tokens": "一个不是由该模块产生的 past_key_value（另一段提示的 4 个 token，键已旋转），"
+              "再依次输入 2 个和 1 个新 token",
+    "a past_key_value the module did not produce (5 tokens of another prompt), then 2 new tokens explicit and 1 "
+    "absorbed": "一个不是由该模块产生的 past_key_value（另一段提示的 5 个 token），再显式计算 2 个新 token，"
+                "然后用矩阵吸收算 1 个",
+    "8 heads of 8, latent 4, rope_dim 2: one token at a time absorbed, after a given past of 40 tokens (the "
+    "absorbed path builds no per-head keys or values)": "8 个头，每个宽 8，潜在维度 4，rope_dim 2：在给定的 40 个 "
+                                                        "token 的 past 之后，用矩阵吸收一次算一个 token（吸收路径"
+                                                        "不构造每个头的键或值）",
+    "not causal, 256 queries x 32768 keys, head_dim 8, block 128 (the process's peak memory is measured)":
+        "非因果，256 个查询 × 32768 个键，head_dim 8，block 128（测量进程的内存峰值）",
     "the trained checkpoint": "训练好的 checkpoint",
     "heads permuted": "打乱各层中头的顺序",
     "heads permuted, an inert layer in front": "打乱头的顺序，并在最前面插入一个不起作用的层",

@@ -28,7 +28,8 @@ def plan_case(case: Case) -> dict:
     return {"name": case.name, "params": case.params, "given_past": case.given_past,
             "present_names": list(case.meta.get("present_names", ("keys", "values"))),
             "calls": [{"x": c.x, "train": c.train, "seed": c.seed, "grad": c.grad, "past": c.past,
-                       "use_cache": c.use_cache, "kwargs": c.kwargs, "args": c.args, "tile_bound": c.tile_bound}
+                       "use_cache": c.use_cache, "kwargs": c.kwargs, "args": c.args, "tile_bound": c.tile_bound,
+                       "bound_label": c.bound_label, "peak_bound": c.peak_bound}
                       for c in case.calls]}
 
 
@@ -109,6 +110,8 @@ def _expected_names(case: Case, params: list) -> set:
         names.add(f"step{i}.out")
         if call.args is not None:
             names |= {f"step{i}.lse", f"step{i}.tiled"}
+        if call.tile_bound is not None:
+            names.add(f"step{i}.{call.bound_label}")
         if call.use_cache is not None:
             names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
         if call.grad is not None:

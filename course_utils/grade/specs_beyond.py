@@ -35,6 +35,7 @@ class RopeVariant:
     rope: bool = True
     direction: int = 1          # 1 | -1 (rotated the wrong way)
     mask: str = "ok"            # ok | top_left
+    own_cache: bool = False     # keeps its own cache and ignores the past_key_value it is handed
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,13 @@ class MlaVariant:
     mask: str = "ok"            # ok | top_left
     rope_layout: str = "half"   # as RopeVariant.layout, for q_rope and k_rope
     rope_exponent: str = "ok"   # as RopeVariant.exponent
+    own_cache: bool = False     # keeps its own cache and ignores the past_key_value it is handed
+    absorb: str = "ok"          # ok | ignored (absorb=True runs the explicit path: per-head K/V materialised)
+
+    @property
+    def builds_heads_when_absorbed(self) -> bool:
+        """Whether an absorbed call of this variant still builds per-head keys/values."""
+        return self.absorb == "ignored" or self.cache == "up_projected" or self.rope_on == "nope"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,6 +231,7 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
     """MLA with a (c_kv, k_rope) cache, explicit or absorbed; returns (out, present)."""
     nh, d_out, dc, r = cfg["num_heads"], cfg["d_out"], cfg["kv_latent_dim"], cfg["rope_dim"]
     hd = d_out // nh
+    absorb = absorb and v.absorb != "ignored"
     b, n, _ = x.shape
     q = _lin(p, "W_query", x).view(b, n, nh, hd + r).transpose(1, 2)  # (B, nh, n, hd + r)
     q_nope, q_rope = q[..., :hd], q[..., hd:]
@@ -317,7 +326,29 @@ def module_case(param_shapes, present, name, g, x_shape, steps, **ctor):
     return Case(name, ctor, params, calls, kind="cache", meta={"x_full": x, "present_names": present})
 
 
-def function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True):
+def given_past_module_case(forward, param_shapes, present, name, g, batch, n_past, steps, correct, absorbed_bound=False,
+                           **ctor):
+    """A past_key_value the module never produced, as a real one would be: the grader's reference run with use_cache
+    on ``n_past`` tokens of another prompt, on the case's parameters, handed to the first call; ``steps``:
+    (number of new tokens, absorb or None) per call, each later call getting the previous call's present.
+    ``absorbed_bound``: the absorbed calls also report whether any tensor as large as the per-head keys of all
+    the tokens was built (MLA: the absorbed path never materialises per-head K/V)."""
+    params = random_params(param_shapes(ctor), g)
+    with torch.no_grad():
+        _, given = forward(params, torch.randn(batch, n_past, ctor["d_in"], generator=g), ctor, correct, None, True)
+    calls, seen = [], n_past
+    for i, (n_new, absorb) in enumerate(steps):
+        seen += n_new
+        kwargs = {} if absorb is None else {"absorb": absorb}
+        # per-head keys of every token seen so far: (B, num_heads, seen, head_dim) elements, d_out = heads * head_dim
+        bound = batch * seen * ctor["d_out"] - 1 if absorbed_bound and absorb else None
+        calls.append(Call(torch.randn(batch, n_new, ctor["d_in"], generator=g), seed=draw_seed(g),
+                          past="given" if i == 0 else i - 1, use_cache=True, kwargs=kwargs, tile_bound=bound,
+                          bound_label="absorbed"))
+    return Case(name, ctor, params, calls, kind="cache", given_past=given, meta={"present_names": present})
+
+
+def function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, check_tiles=True, peak=False):
     q = torch.randn(shape_q, generator=g) * scale
     k = torch.randn(shape_k, generator=g) * scale
     v = torch.randn(shape_k, generator=g)
@@ -326,7 +357,11 @@ def function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, chec
     # a tile-sized computation never builds a float tensor larger than the inputs/outputs or a (rows, block) tile
     bound = b * h * max(n_q * max(block_size, d), n_k * d)
     tile_bound = bound if check_tiles and b * h * n_q * n_k > bound else None
-    call = Call(q, seed=draw_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound)
+    # ``peak``: the process's memory may rise by half a (block, n_k) strip of float32 scores (room for copies of
+    # the inputs, in float64 too, when block >> head_dim), measured from outside the learner's code: scores built
+    # with NumPy or in another thread count too
+    peak_bound = b * h * block_size * n_k * 4 // 2 if peak else None
+    call = Call(q, seed=draw_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound, peak_bound=peak_bound)
     return Case(name, {"block_size": block_size, "causal": causal}, {}, [call], kind="function",
                 meta={"tile_bound": tile_bound, **({"tol": (2e-3, 2e-4)} if scale != 1.0 else {})})
 
@@ -351,14 +386,23 @@ def module_expected(forward, case, v) -> dict:
     with torch.no_grad():
         outs, presents = {}, {}
         names = case.meta["present_names"]
+        own = None  # what a module that keeps its own cache holds
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             tag = f"step{i + 1}"
-            given = presents[call.past] if isinstance(call.past, int) else None
+            given = (presents[call.past] if isinstance(call.past, int) else
+                     case.given_past if call.past == "given" else None)
+            if v.own_cache:  # the past handed in is ignored: the module attends to what it cached itself
+                given = own if call.past is not None else None
             out, present = forward(case.params, call.x, case.ctor, v, given, call.use_cache, **call.kwargs)
             outs[tag + ".out"] = out
             outs[f"{tag}.{names[0]}"], outs[f"{tag}.{names[1]}"] = (None, None) if present is None else present
+            if call.tile_bound is not None:  # the absorbed call's largest tensor (MLA): 0 = per-head K/V built
+                builds = getattr(v, "builds_heads_when_absorbed", False)
+                outs[f"{tag}.{call.bound_label}"] = torch.tensor(0.0 if builds else 1.0)
             presents[i] = present
+            if call.use_cache:
+                own = present
         return outs
 
 
@@ -406,15 +450,19 @@ M_MLA_SCALE = _mistake("mla_scale_without_rope")
 M_MLA_NO_ROPE = _mistake("rope_missing", "rope_missing_mla")
 M_ONLY_NEW = _mistake("cache_only_new", "cache_only_new_mla")
 M_TOP_LEFT = _mistake("mask_top_left", "mask_top_left_chunk")
+M_IGNORES_PAST = _mistake("cache_ignores_past")
+M_MLA_ABSORB_IGNORED = _mistake("mla_absorb_ignored")
+
 M_SOFTMAX_QUERIES = _mistake("softmax_wrong_axis")
 M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
 M_SOFTMAX_BATCH = _mistake("softmax_wrong_axis", "softmax_batch_axis")
 
 
-def mutant(pair, variant, paired=True):
-    """``paired=False``: named alone, not tried two at a time with the others (rarer mistakes, whose pairs would
+def mutant(pair, variant, outputs_only=False, paired=True):
+    """``outputs_only``: matched on the outputs alone (a cache kept inside the module returns anything).
+    ``paired=False``: named alone, not tried two at a time with the others (rarer mistakes, whose pairs would
     multiply the grader's work)."""
-    return Mutant(pair[0], pair[1], variant, paired=paired)
+    return Mutant(pair[0], pair[1], variant, outputs_only, paired)
 
 
 def softmax_axis_mutants(ok):

@@ -6,7 +6,9 @@ induction task. The grader builds each case from the committed checkpoint (``mak
 keep the model's function but move its heads: the heads of every layer are permuted (rows of W_query, W_key,
 W_value, columns of out_proj), and an inert layer (out_proj = 0: it adds nothing to the residual stream) may be
 inserted in front of, between or after the trained layers. So the answer differs from case to case, is known from
-the construction, and a different ``seed`` gives different (secret) cases.
+the construction, and a different ``seed`` gives different (secret) cases. After the first case, a silent head of
+every trained layer gets the largest weights (``_plant_decoy``), so that the weight norms point elsewhere, as
+the checkpoint's recorded scores do once the heads moved: only what the heads do finds the answer.
 
 Records and the verdict follow ``protocol``/``diagnose``: ``run_function`` returns plain data (it also runs in the
 sandboxed child), ``verdict`` names the misconception whose answers the learner's reproduce on every case.
@@ -85,6 +87,74 @@ def _insert_inert_layer(state: dict, config: dict, where: int, generator) -> Non
     config["n_layers"] = n + 1
 
 
+def _disguise_heads(state: dict, layer: int, n_heads: int, head_dim: int, generator) -> None:
+    """Change every head's weights of ``layer`` but not what it computes: its queries and keys turned by one random
+    rotation R (q.k = Rq.Rk) and scaled by 2^a and 2^-a (exact in floating point), its values turned by another
+    rotation S that out_proj turns back (out_proj_h S^T S W_value_h). The checkpoint's rows are found nowhere, and
+    no single matrix keeps its norm."""
+    prefix = f"blocks.{layer}.attn."
+    weights = {n: state[prefix + n + ".weight"].clone() for n in ("W_query", "W_key", "W_value", "out_proj")}
+    for h in range(n_heads):
+        rows = slice(h * head_dim, (h + 1) * head_dim)
+        turn_qk, turn_v = (torch.linalg.qr(torch.randn(head_dim, head_dim, generator=generator,
+                                                       dtype=torch.float64))[0] for _ in range(2))
+        scale = 2.0 ** int(torch.randint(-2, 3, (1,), generator=generator))
+        for name, factor in (("W_query", scale), ("W_key", 1.0 / scale)):
+            w = weights[name]
+            w[rows] = (turn_qk @ w[rows].double() * factor).to(w.dtype)
+        w_v, w_o = weights["W_value"], weights["out_proj"]
+        w_v[rows] = (turn_v @ w_v[rows].double()).to(w_v.dtype)
+        w_o[:, rows] = (w_o[:, rows].double() @ turn_v.T).to(w_o.dtype)
+    for name, w in weights.items():
+        state[prefix + name + ".weight"] = w
+    for name in ("W_query", "W_key", "W_value"):  # a bias would have to turn too: the course's GPT has none
+        if prefix + name + ".bias" in state:
+            raise ValueError("the capstone's cases assume a GPT without qkv biases")
+
+
+def _plant_decoy(state: dict, layer: int, head: int, head_dim: int, generator) -> bool:
+    """Give a silent head of ``layer`` the largest weights of the layer without changing what it computes: large
+    random W_query, W_key, W_value rows and out_proj columns, W_query's and W_value's nonzero rows on the first half
+    of the head's dimensions, W_key's rows and out_proj's columns on the second half, so that its scores
+    q_h . k_h and out_proj_h @ W_value_h are exactly zero (it attends uniformly, as a silent head does, and adds
+    nothing). Only a head whose contribution is already negligible (the trained heads the head penalty silenced)
+    becomes a decoy; False (nothing changed) for any other."""
+    prefix, rows = f"blocks.{layer}.attn.", slice(head * head_dim, (head + 1) * head_dim)
+    w_v, w_o = state[prefix + "W_value.weight"], state[prefix + "out_proj.weight"]
+    if w_o[:, rows].norm() * w_v[rows].norm() > 1e-3 or prefix + "W_value.bias" in state:
+        return False
+    half = head_dim // 2
+    for name in ("W_query", "W_key", "W_value"):
+        weight = state[prefix + name + ".weight"].clone()
+        weight[rows] = torch.randn(head_dim, weight.shape[1], generator=generator, dtype=weight.dtype)
+        if name in ("W_query", "W_value"):
+            weight[head * head_dim + half:(head + 1) * head_dim] = 0.0
+        else:
+            weight[head * head_dim:head * head_dim + half] = 0.0
+        state[prefix + name + ".weight"] = weight
+    w_o = w_o.clone()
+    w_o[:, rows] = 0.0
+    w_o[:, head * head_dim + half:(head + 1) * head_dim] = torch.randn(
+        w_o.shape[0], head_dim - half, generator=generator, dtype=w_o.dtype)
+    state[prefix + "out_proj.weight"] = w_o
+    return True
+
+
+def norm_heads(state: dict, config: dict) -> set:
+    """The heads that the largest weight norms point to: of W_query, W_key, W_value, out_proj, and all four."""
+    n_heads, hd = config["n_heads"], config["emb_dim"] // config["n_heads"]
+    norms = torch.zeros(5, config["n_layers"], n_heads)
+    for layer in range(config["n_layers"]):
+        prefix = f"blocks.{layer}.attn."
+        for h in range(n_heads):
+            rows = slice(h * hd, (h + 1) * hd)
+            parts = [state[prefix + n + ".weight"][rows] for n in ("W_query", "W_key", "W_value")]
+            parts.append(state[prefix + "out_proj.weight"][:, rows])
+            squares = [float(t.double().pow(2).sum()) for t in parts]
+            norms[:, layer, h] = torch.tensor(squares + [sum(squares)])
+    return {divmod(int(n.argmax()), n_heads) for n in norms}
+
+
 # (name, inert layer position or None); the head positions are drawn from the seed
 _LAYOUTS = [
     ("heads permuted", None),
@@ -113,6 +183,7 @@ _CASES: dict = {}
 def _make_cases(seed: int) -> list[ModelCase]:
     base = torch.load(checkpoint_path("mha"), map_location="cpu", weights_only=True)
     config = base["config"]
+    recorded = torch.tensor(base["meta"]["scores"]["induction"]) if "scores" in base.get("meta", {}) else None
     n_heads, head_dim = config["n_heads"], config["emb_dim"] // config["n_heads"]
     prev0, ind0 = _reference_heads(base)
     g = torch.Generator().manual_seed(10_007 * (seed % 2 ** 40 + 1))
@@ -122,15 +193,27 @@ def _make_cases(seed: int) -> list[ModelCase]:
         state, cfg = dict(base["state_dict"]), dict(config)
         perms = [list(range(n_heads)) if i == 0 else torch.randperm(n_heads, generator=g).tolist()
                  for _ in range(config["n_layers"])]
+        stays = inert is None or inert > ind0[0]  # the induction head's layer keeps its index
+        while i > 0 and stays and n_heads > 1 and perms[ind0[0]].index(ind0[1]) == ind0[1]:
+            perms[ind0[0]] = torch.randperm(n_heads, generator=g).tolist()  # never where the checkpoint had it
         for layer, perm in enumerate(perms):
             _permute_heads(state, layer, perm, n_heads, head_dim)
         prev = (prev0[0], perms[prev0[0]].index(prev0[1]))
         ind = (ind0[0], perms[ind0[0]].index(ind0[1]))
+        if i > 0:  # heads disguised, and a decoy in every trained layer: the largest weights belong to a head
+            for layer in range(config["n_layers"]):  # that does nothing
+                _disguise_heads(state, layer, n_heads, head_dim, g)
+                silent = [h for h in range(n_heads) if (layer, h) not in (prev, ind)]
+                if silent:
+                    pick = silent[int(torch.randint(len(silent), (1,), generator=g))]
+                    _plant_decoy(state, layer, pick, head_dim, g)
         if inert is not None:
             _insert_inert_layer(state, cfg, inert, g)
             prev = (prev[0] + (prev[0] >= inert), prev[1])
             ind = (ind[0] + (ind[0] >= inert), ind[1])
-        cases.append(ModelCase(name, {"config": cfg, "state_dict": state}, ind, prev, {"inert": inert}))
+        meta = {"inert": inert, "norm_heads": norm_heads(state, cfg),  # the proxies the graded model offers
+                "recorded": None if recorded is None else divmod(int(recorded.argmax()), n_heads)}
+        cases.append(ModelCase(name, {"config": cfg, "state_dict": state}, ind, prev, meta))
     return cases
 
 
@@ -177,6 +260,8 @@ MUTANTS = [
     _mutant("flat_index_unravelled", _exactly(lambda c: divmod(c.induction[0] * c.state["config"]["n_heads"]
                                                                + c.induction[1], c.state["config"]["n_layers"]))),
     _mutant("last_layer_assumed", _last_layer),
+    _mutant("largest_weight_norm", lambda case, answer: answer in case.meta["norm_heads"]),
+    _mutant("checkpoint_metadata", lambda case, answer: answer is not None and answer == case.meta["recorded"]),
 ]
 
 

@@ -36,7 +36,9 @@ class Call:
     use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
     kwargs: dict = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
     args: tuple | None = None         # a function exercise: fn(*args) instead of a module's forward
-    tile_bound: int | None = None     # a function exercise: the largest float tensor a tiled computation makes
+    tile_bound: int | None = None     # the largest float tensor the call may make (a tiled function, MLA absorbed)
+    bound_label: str = "tiled"        # the output that reports it: step<i>.<bound_label>, 1 = within the bound
+    peak_bound: int | None = None     # a tiled function: how far (bytes) the process's peak memory may rise
 
 
 @dataclass

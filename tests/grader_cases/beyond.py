@@ -210,9 +210,10 @@ def online_softmax_attention(q, k, v, block_size, causal=False):
             "WUK": "w_uk = self.W_uk.weight.T.reshape(self.dc, self.nh, self.hd).permute(1, 2, 0)",
             "WUV": "w_uv = self.W_uv.weight.T.reshape(self.dc, self.nh, self.hd).permute(1, 2, 0)",
             "SCALE": "scores = scores * (self.hd + self.r) ** -0.5"}),
-        # full per-head keys [k_nope ; k_rope] built from the cache and one SDPA call (explicit in both modes)
+        # explicit: full per-head keys [k_nope ; k_rope] built from the cache and one SDPA call; absorbed as usual
         "sdpa_full_keys": mutate(MLA, {
-            "SCALE": "k_full = torch.cat([self.W_uk(c_kv).view(b, N, self.nh, self.hd).transpose(1, 2), "
+            "SCALE": "scores = scores / math.sqrt(self.hd + self.r)\n        "
+                     "if not absorb: k_full = torch.cat([self.W_uk(c_kv).view(b, N, self.nh, self.hd).transpose(1, 2), "
                      "k_rope[:, None].expand(b, self.nh, N, self.r)], dim=-1); "
                      "allow = torch.ones(n, N, dtype=torch.bool).tril(diagonal=past); "
                      "ctx = F.scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k_full, "

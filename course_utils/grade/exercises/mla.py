@@ -8,6 +8,8 @@ from dataclasses import replace
 from ..registry import Exercise
 from ..specs_beyond import (
     M_MLA_HEADS_MINOR,
+    M_IGNORES_PAST,
+    M_MLA_ABSORB_IGNORED,
     M_MLA_NO_ROPE,
     M_MLA_PER_HEAD_IN_OUT,
     M_MLA_ROPE_ABSORBED,
@@ -25,6 +27,7 @@ from ..specs_beyond import (
     M_ROPE_RESTART,
     M_TOP_LEFT,
     MlaVariant,
+    given_past_module_case,
     mla_forward,
     mla_param_shapes,
     module_case,
@@ -88,6 +91,47 @@ def cases(g) -> list[Case]:
             kv_latent_dim=10,
             rope_dim=2,
         ),
+        given_past_module_case(
+            mla_forward,
+            mla_param_shapes,
+            ("c_kv", "k_rope"),
+            "a past_key_value the module did not produce (5 tokens of another prompt), then 2 new tokens "
+            "explicit and 1 absorbed",
+            g,
+            2,
+            5,
+            [(2, False), (1, True)],
+            MlaVariant(),
+            d_in=6,
+            d_out=8,
+            context_length=9,
+            dropout=0.0,
+            num_heads=2,
+            kv_latent_dim=4,
+            rope_dim=2,
+        ),
+        # per-head keys of all 41-42 tokens (3 x 42 x 64 elements) outweigh every tensor the absorbed path needs
+        # (the latents, the scores, out_proj's 64 x 64 weight): building them is the explicit path
+        given_past_module_case(
+            mla_forward,
+            mla_param_shapes,
+            ("c_kv", "k_rope"),
+            "8 heads of 8, latent 4, rope_dim 2: one token at a time absorbed, after a given past of 40 tokens "
+            "(the absorbed path builds no per-head keys or values)",
+            g,
+            3,
+            40,
+            [(1, True), (1, True)],
+            MlaVariant(),
+            absorbed_bound=True,
+            d_in=8,
+            d_out=64,
+            context_length=48,
+            dropout=0.0,
+            num_heads=8,
+            kv_latent_dim=4,
+            rope_dim=2,
+        ),
     ]
 
 
@@ -99,6 +143,7 @@ def mutants() -> list:
     """Known-wrong variants, most specific first."""
     ok = MlaVariant()
     return [
+        mutant(M_MLA_ABSORB_IGNORED, replace(ok, absorb="ignored")),
         mutant(M_MLA_UP, replace(ok, cache="up_projected")),
         mutant(M_MLA_ROPE_LATENT, replace(ok, rope_on="latent")),
         mutant(M_MLA_ROPE_NOPE, replace(ok, rope_on="nope")),
@@ -109,6 +154,7 @@ def mutants() -> list:
         mutant(M_MLA_NO_ROPE, replace(ok, rope_on="none")),
         mutant(M_ROPE_RESTART, replace(ok, positions="restart")),
         mutant(M_ONLY_NEW, replace(ok, cache="only_new")),
+        mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
         mutant(M_TOP_LEFT, replace(ok, mask="top_left")),
     ] + [  # the absorbed weights split into heads the wrong way, in W_uk, W_uv or both
         mutant(key, replace(ok, **{w: how for w in which}), paired=False)

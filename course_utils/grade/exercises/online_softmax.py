@@ -55,6 +55,17 @@ def cases(g) -> list[Case]:
             False,
             check_tiles=False,
         ),
+        # last, when the code it runs is loaded: 256 x 32768 float32 scores are 32 MiB, a (128, 32768) strip 16 MiB,
+        # a tile 64 KiB, the inputs 2 MiB; the process's peak memory may rise by 8 MiB at most (see function_case)
+        function_case(
+            "not causal, 256 queries x 32768 keys, head_dim 8, block 128 (the process's peak memory is measured)",
+            g,
+            (1, 1, 256, 8),
+            (1, 1, 32768, 8),
+            128,
+            False,
+            peak=True,
+        ),
     ]
 
 

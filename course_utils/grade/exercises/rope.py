@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from ..registry import Exercise
 from ..specs_beyond import (
+    M_IGNORES_PAST,
     M_ROPE_AFTER,
     M_ROPE_D_MODEL,
     M_ROPE_DIRECTION,
@@ -19,6 +20,7 @@ from ..specs_beyond import (
     M_ROPE_V,
     M_TOP_LEFT,
     RopeVariant,
+    given_past_module_case,
     module_case,
     module_expected,
     mutant,
@@ -76,6 +78,25 @@ def cases(g) -> list[Case]:
             qkv_bias=False,
             rope_base=500000.0,
         ),
+        given_past_module_case(
+            rope_forward,
+            rope_param_shapes,
+            ("keys", "values"),
+            "a past_key_value the module did not produce (4 tokens of another prompt, keys rotated), then 2 and "
+            "1 new tokens",
+            g,
+            2,
+            4,
+            [(2, None), (1, None)],
+            RopeVariant(),
+            d_in=6,
+            d_out=8,
+            context_length=8,
+            dropout=0.0,
+            num_heads=2,
+            qkv_bias=False,
+            rope_base=10000.0,
+        ),
     ]
 
 
@@ -95,6 +116,7 @@ def mutants() -> list:
         mutant(M_ROPE_AFTER, replace(ok, cache="after_raw")),
         mutant(M_ROPE_MISSING, replace(ok, rope=False)),
         mutant(M_ROPE_DIRECTION, replace(ok, direction=-1)),
+        mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
         mutant(M_TOP_LEFT, replace(ok, mask="top_left")),
         mutant(M_ROPE_EXPONENT, replace(ok, exponent="shifted"), paired=False),
         mutant(M_ROPE_EXPONENT, replace(ok, exponent="odd"), paired=False),
