@@ -41,7 +41,8 @@ def plan(exercise: str, cases: list, square: list | None = None) -> dict:
            "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
            "cases": [plan_case(c) for c in cases]}
     if square is not None:
-        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square])
+        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square],
+                   ctors=[c.ctor for c in cases])
     return out
 
 
@@ -69,7 +70,8 @@ class Graded:
             if not isinstance(no_bias, list) or not set(no_bias) <= {"q", "k", "v", "o"}:
                 raise BadResult(Msg("bad.dialect_fields"))
             name, mask = _dialect_name(str(dialect.get("name"))[:80]), _mask_convention(str(dialect.get("mask"))[:80])
-            self.cases = [without_biases(c, no_bias) for c in self.square]
+            square = dialect.get("square", True) is not False  # d_in and d_out by name: the book's cases
+            self.cases = [without_biases(c, no_bias) for c in (self.square if square else self.cases)]
             self.assumed = (Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ",")) if no_bias
                             else Msg("assumed", name=name, mask=mask))
         return validate(raw, self.cases)

@@ -25,7 +25,7 @@ except ImportError:  # sandboxed: harness.py, dialects.py and texts.py side by s
     from texts import Said, english, said
 
 FORBIDDEN_OPS = ("scaled_dot_product", "multi_head_attention")  # what interview mode refuses, by torch name
-MAX_MESSAGE = 1200  # long enough that a list of what is accepted is never cut
+MAX_MESSAGE = 1600  # long enough that a list of what is accepted is never cut
 
 
 class CellTimeout(BaseException):
@@ -208,32 +208,35 @@ class _NoGrad(Said):
     pass
 
 
-def _dialect_module(cls, case, ctor, record, settled: dict):
+def _dialect_module(cls, case, ctor, record, settled: dict, square: bool = True):
     """Build, load and wrap a candidate's MHA written in its own dialect (interview mode). The mask
     convention is settled on the first case and kept for the others (``settled``)."""
-    module, name = dialects.build(cls, ctor)
-    pmap = dialects.parameter_map(module, ctor["d_out"])
+    module, name = dialects.build(cls, ctor, square)
+    pmap = dialects.parameter_map(module, ctor["d_out"], ctor["d_in"])
     no_bias = dialects.load(module, pmap, case["params"])
     caller = dialects.Caller(module)
     if not settled:
         settled["mask"] = caller.settle(case["calls"][0]["x"])
         settled["how"] = caller.kind, caller.shape
     caller.kind, caller.shape = settled["how"]
-    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias}
+    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias, "square": square}
     return module, caller, pmap
 
 
 def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False, ctor=None,
-             settled=None) -> dict:
+             settled=None, square: bool = True, unwrap: bool = False) -> dict:
     """Everything the verdict needs about one case, as plain data; never raises for learner bugs.
     With ``ctor`` (the constructor's values by name), the class may be written in any interview dialect."""
     record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
     pmap = None
     try:
         if ctor is not None:
-            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled)
+            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled,
+                                                   square)
         else:
             module = caller = cls(*ctor_args)
+            if unwrap:  # interview mode: the book's class may return (out, attention weights)
+                caller = dialects.Caller(module)
     except dialects.DialectError as exc:
         record["error"] = {**describe_exception(exc, learner_files, "load"), "contract": True}
         return record
@@ -300,19 +303,34 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
     if plan.get("function"):
         return [run_function_case(cls, case, learner_files) for case in plan["cases"]]
     cases, ctor_args, ctors = plan["cases"], plan["ctor_args"], [None] * len(plan["cases"])
-    if plan.get("dialects") and not _is_book(cls):
-        cases, ctors = plan["square_cases"], plan["square_ctors"]
+    square = True
+    if plan.get("dialects") and not _is_book(cls, plan):
+        if dialects.takes_in_and_out(cls) and plan.get("ctors"):  # d_in and d_out by name: the book's cases
+            ctors, square = plan["ctors"], False
+        else:
+            cases, ctors = plan["square_cases"], plan["square_ctors"]
         ctor_args = [None] * len(cases)
     settled: dict = {}
-    return [run_case(cls, ctor_args[i], case, learner_files, plan.get("trace", False), ctors[i], settled)
+    return [run_case(cls, ctor_args[i], case, learner_files, plan.get("trace", False), ctors[i], settled, square,
+                     bool(plan.get("dialects")))
             for i, case in enumerate(cases)]
 
 
-def _is_book(cls) -> bool:
+def _is_book(cls, plan=None) -> bool:
+    """The book's contract, loaded strictly by parameter name: a stub, or (in interview mode) a class with the
+    book's constructor whose parameters are the book's nn.Linear layers."""
     params = dialects._params(cls.__init__)
     if any(p.kind == p.VAR_POSITIONAL for p in params):  # (*args, **kwargs): a stub; the book's contract
         return True
-    return {"d_in", "d_out", "num_heads"} <= {p.name for p in params}
+    if not {"d_in", "d_out", "num_heads"} <= {p.name for p in params}:
+        return False
+    if plan is None or not plan.get("ctor_args"):
+        return True
+    try:  # bare matrices or other names under the book's signature are mapped like any other dialect
+        names = {n for n, _ in cls(*plan["ctor_args"][0]).named_parameters()}
+    except Exception:  # noqa: BLE001 - the constructor's own error is reported when the case runs
+        return True
+    return names <= set(plan["cases"][0]["params"])
 
 
 # ------------------------------------------------------------------------------------------------------
