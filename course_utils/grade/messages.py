@@ -434,6 +434,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
 
     # ---------------------------------------------------------------------------------------- running submissions
     "run.cell_note": ("cell {cell}: {note}", "单元格 {cell}：{note}"),
+    "run.interview_detected": ("graded as {exercise} (interview mode): no check() call names an exercise, and the "
+                               "file's classes are no exercise's contract; pass --exercise to choose another",
+                               "按 {exercise}（面试模式）评分：没有 check() 调用指明练习，文件里的类也不符合任何练习的接口"
+                               "约定；要按别的练习评分，请加 --exercise"),
     "run.no_exercise": ('no exercise found: no check("id", ...) call and no contract class name',
                         '没有找到练习：既没有 check("id", ...) 调用，也没有接口约定里的类名'),
     "run.timeout": ("grading stopped after {seconds:g} s (an infinite loop?)", "评分在 {seconds:g} 秒后被终止（是不是有死循环？）"),
@@ -521,6 +525,10 @@ CHILD_ZH = {
     "cell_error": "单元格 {cell}：{type}：{message}",
     "cell_error_line": "单元格 {cell}：{type}：{message}（{line}）",
     "no_class": "没有找到类 {name}",
+    "no_class_found": "没有找到类 {name}；文件里定义的类有：{found}",
+    "no_class_fits": ("没有类 {name}，定义的类（{found}）也没有哪一个能单独作为多头注意力来评分：请指明要评的类，"
+                      "check(\"{exercise}\", 你的类)"),
+    "no_module": "没有找到 nn.Module 类（面试模式会评文件里定义的任何 nn.Module 子类，叫 {name} 或别的名字都可以）",
     "no_function": "没有找到函数 {name}",
     "not_class": "{name} 不是类",
     "not_function": "{name} 不是函数",

@@ -41,6 +41,11 @@ TEXTS = {
     "cell_error": "cell {cell}: {type}: {message}",
     "cell_error_line": "cell {cell}: {type}: {message} ({line})",
     "no_class": "no class {name} found",
+    "no_class_found": "no class {name} found; the classes defined are: {found}",
+    "no_class_fits": "no class {name}, and none of the classes defined ({found}) could be graded as multi-head "
+                     "attention on its own: name the one to grade, check(\"{exercise}\", YourClass)",
+    "no_module": "no nn.Module class found (interview mode grades any nn.Module subclass the file defines, "
+                 "{name} or another name)",
     "no_function": "no function {name} found",
     "not_class": "{name} is not a class",
     "not_function": "{name} is not a function",
