@@ -147,8 +147,8 @@ def find_exercises(cells: list[dict]) -> list[str]:
             else:  # a syntax error: still find the exercise, so that the report can name the error
                 defined |= set(re.findall(r"^class\s+(\w+)", cell["source"], re.M))
                 functions |= set(re.findall(r"^def\s+(\w+)", cell["source"], re.M))
-        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview and ex.contract in defined
-                 and not _interview_answer(ex, inits.get(ex.contract))]
+        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview
+                 and ex.contract in defined and not _interview_answer(ex, inits.get(ex.contract))]
         found += [ex.id for ex in EXERCISES.values() if ex.kind == "model" and ex.contract in functions]
         if not found and defined:
             found = interview_fallback(defined, inits)
