@@ -100,6 +100,21 @@ def test_without_exercise_an_interview_answer_is_graded_in_interview_mode(tmp_pa
 
 
 @pytest.mark.requires_sandbox
+def test_make_grade_on_interview_files_gives_real_verdicts(tmp_path):
+    """The batch (make grade) without --exercise: three correct interview answers score, none 'mha: exception'."""
+    from course_utils.grade.batch import grade_folder
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("note_001", "note_004", "nanogpt_config"):
+        (folder / f"{name}.py").write_text(DIALECTS[name][0])
+    graded, skipped, failed = grade_folder(folder, tmp_path / "grades", workers=1)
+    assert not skipped and not failed
+    assert {name: [(r.exercise, r.passed) for r in rep.results] for name, rep in graded} == {
+        f"{name}.py": [("mha_interview", True)] for name in ("note_001", "note_004", "nanogpt_config")}
+    assert "mha_interview" in (tmp_path / "grades" / "grades.csv").read_text().splitlines()[0]
+
+
+@pytest.mark.requires_sandbox
 def test_the_books_signature_is_still_exercise_4(tmp_path):
     report = grade_file(_file(tmp_path, "book", DIALECTS["book_returns_weights"][0]))
     assert [r.exercise for r in report.results] == ["mha"] and not report.notes
@@ -188,3 +203,15 @@ def test_an_argument_it_cannot_fill_gets_an_adapter():
     result = grade_class("mha_interview", load(src, "MultiHeadAttention"))
     assert result.diagnosis == "contract" and "'layer_id'" in result.report(), result.report()
     assert "class Graded(MultiHeadAttention)" in result.report()
+
+
+def test_the_readmes_say_which_forms_are_accepted_and_the_class_rule():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    for readme, rule in (("README.md", "any `nn.Module` subclass the answer defines is\ngraded"),
+                         ("README.zh-CN.md", "答案里定义的任何 `nn.Module` 子类都会被评分")):
+        text = root.joinpath(readme).read_text(encoding="utf-8")
+        assert rule in text, readme
+        for form in ('check("mha_interview"', "num_hiddens", "head_dim", "CausalSelfAttention(config)", "w_out",
+                     "batch_first", "(d_in, d_out, ...)", "nn.Parameter", "--exercise"):
+            assert form in text, (readme, form)
