@@ -215,3 +215,14 @@ def test_the_readmes_say_which_forms_are_accepted_and_the_class_rule():
         for form in ('check("mha_interview"', "num_hiddens", "head_dim", "CausalSelfAttention(config)", "w_out",
                      "batch_first", "(d_in, d_out, ...)", "nn.Parameter", "--exercise"):
             assert form in text, (readme, form)
+
+
+def test_a_forward_argument_it_cannot_give_gets_an_adapter():
+    src = DIALECTS["note_001"][0].replace("def forward(self, hidden_states, mask=None):",
+                                          "def forward(self, hidden_states, position_ids, mask=None):")
+    result = grade_class("mha_interview", load(src, "MHA"))
+    text = result.report()
+    assert result.diagnosis == "contract" and "differs" not in text, text
+    assert "has nothing to give for position_ids" in text
+    assert "class Graded(MHA):  def forward(self, x, mask=None): return super().forward(x, position_ids=...)" in text
+    assert "无法调用 forward" in result.report("zh")

@@ -546,6 +546,8 @@ CHILD_ZH = {
                             "最小的改法是在你的类旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"),
     "dialect_argument": ("构造函数需要参数 {name}，评分器没法按名字替你填；最小的改法是在你的类旁边加一个两行的"
                          "适配器：{adapter}。面试模式接受这些写法：{accepted}"),
+    "dialect_forward": ("无法调用 forward({names})：评分器只传入 x（或 query、key、value）和掩码，没有东西可以传给 "
+                        "{extra}；最小的改法是在你的类旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"),
     "dialect_parameters": "{problems}。面试模式接受这些写法：{accepted}",
     "no_projection": "缺少{roles}",
     "projection_q": "查询投影",

@@ -267,6 +267,21 @@ def forward_style(module) -> tuple[str, str | None]:
     return "x", mask
 
 
+def _check_forward(module, style: str, mask_arg) -> None:
+    """A forward with a required argument the grader cannot give (positions, a cache, ...) gets a DialectError
+    that says what it tried and the two-line adapter, instead of a TypeError graded as wrong code."""
+    params = [p for p in _params(module.forward) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY,
+                                                                 p.KEYWORD_ONLY)]
+    given = 1 if style == "x" else 3
+    extra = [p.name for p in params[given:] if p.default is inspect.Parameter.empty and p.name != mask_arg]
+    if extra:
+        names = [p.name for p in params]
+        call = ", ".join(["x"] * given + [f"{n}=..." for n in extra])
+        raise DialectError("dialect_forward", names=", ".join(names), extra=", ".join(extra),
+                           adapter=f"class Graded({type(module).__name__}):  def forward(self, x, mask=None): "
+                                   f"return super().forward({call})", accepted=said("accepted"))
+
+
 def make_mask(kind: int, batch: int, tokens: int, shape: str):
     if kind == 0:
         return None
@@ -286,6 +301,7 @@ class Caller:
         self.module = module
         self.style, self.mask_arg = forward_style(module)
         self.kind, self.shape = 0, "square"
+        _check_forward(module, self.style, self.mask_arg)
 
     def __call__(self, x):
         args = (x,) if self.style == "x" else (x, x, x)

@@ -58,6 +58,9 @@ TEXTS = {
                            "beside your class: {adapter}; interview mode accepts: {accepted}",
     "dialect_argument": "the constructor needs {name}, which the grader cannot fill in by name; the smallest fix is "
                         "a two-line adapter beside your class: {adapter}; interview mode accepts: {accepted}",
+    "dialect_forward": "cannot call forward({names}): the grader passes x (or query, key, value) and a mask, and "
+                       "has nothing to give for {extra}; the smallest fix is a two-line adapter beside your class: "
+                       "{adapter}; interview mode accepts: {accepted}",
     "dialect_parameters": "{problems}. Interview mode accepts: {accepted}",
     "no_projection": "no {roles}",
     "projection_q": "query projection",
