@@ -377,7 +377,6 @@ def interview_class(namespace: dict, spec: dict, learner_files=None):
     return None, [c.__name__ for c in found]
 
 
-
 def plain_answer(value):
     """[layer, head] as ints, or a description of what came back instead."""
     if isinstance(value, (tuple, list)) and len(value) == 2:
