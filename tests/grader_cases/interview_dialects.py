@@ -318,6 +318,9 @@ class MultiHeadAttention(nn.Module):
         return self.W_o(self.transpose_output(output))
 '''
 
+# d2l.ai as printed: lazy layers, shaped by the first forward
+D2L_LAZY = D2L.replace("nn.Linear(num_hiddens, num_hiddens, bias=bias)", "nn.LazyLinear(num_hiddens, bias=bias)")
+
 # bare nn.Parameter matrices with the book's signature (x @ W, the book's SelfAttention_v1 style)
 BOOK_PARAMETERS = HEADER + '''
 class MultiHeadAttention(nn.Module):
@@ -420,6 +423,7 @@ DIALECTS = {
     "nanogpt_config": (NANOGPT_CONFIG, "CausalSelfAttention"),
     "w_capitals": (W_CAPITALS, "MultiHeadAttention"),
     "d2l_num_hiddens": (D2L, "MultiHeadAttention"),
+    "d2l_lazy_linear": (D2L_LAZY, "MultiHeadAttention"),
     "book_parameters": (BOOK_PARAMETERS, "MultiHeadAttention"),
     "causal_self_attention": (CAUSAL_SELF_ATTENTION, "CausalSelfAttention"),
     "multi_headed_attention": (MULTI_HEADED_ATTENTION, "MultiHeadedAttention"),

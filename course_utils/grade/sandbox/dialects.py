@@ -132,7 +132,20 @@ def build(cls, ctor: dict, square: bool = True):
     args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
     module = cls(*args, **kwargs)
     _no_residual_dropout(module)
+    _materialize(module, ctor["d_out"] if square else ctor["d_in"])
     return module, name
+
+
+def _materialize(module, d_in: int) -> None:
+    """Give lazy layers (d2l's nn.LazyLinear) their shapes with one forward on zeros, so the grader's parameters
+    can be loaded into them."""
+    from torch.nn.parameter import UninitializedParameter
+    if not any(isinstance(p, UninitializedParameter) for p in module.parameters()):
+        return
+    style, _ = forward_style(module)
+    x = torch.zeros(1, 2, d_in)
+    with torch.no_grad():
+        module(x) if style == "x" else module(x, x, x)
 
 
 _RESIDUAL_DROPOUT = ("resid", "proj_drop", "out_drop", "output_drop", "hidden_drop")
