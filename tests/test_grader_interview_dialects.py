@@ -226,3 +226,11 @@ def test_a_forward_argument_it_cannot_give_gets_an_adapter():
     assert "has nothing to give for position_ids" in text
     assert "class Graded(MHA):  def forward(self, x, mask=None): return super().forward(x, position_ids=...)" in text
     assert "无法调用 forward" in result.report("zh")
+
+
+def test_a_tuple_from_exercise_4_is_reported_as_its_type_not_as_a_missing_gradient():
+    """Outside interview mode the contract returns a tensor: (out, weights) is said as such, with no internal
+    name of the grader's in the report."""
+    result = grade_class("mha", load(DIALECTS["book_returns_weights"][0], "MultiHeadAttention"))
+    assert not result and "<tuple>" in result.report(), result.report()
+    assert "_NoGrad" not in result.report() and "no gradient" not in result.report()

@@ -189,7 +189,9 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
 
 
 def _backward(module, out, x, call, tag, outputs, pmap=None):
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+    if not isinstance(out, torch.Tensor):
+        return  # a tuple or another type: reported with the output itself, not as a missing gradient
+    if not out.requires_grad:
         raise _NoGrad("no_gradient")
     grad = call["grad"]
     if tuple(out.shape) != tuple(grad.shape):
