@@ -179,7 +179,7 @@ def test_failure_paths_in_chinese():
     assert "（你的代码第 " in reports["exception"].report("zh")
     assert "不得分：面试模式（手撕MHA）" in reports["interview"].report("zh")
     assert "按照构造参数为 (d_model, num_heads) 的写法评分；掩码约定：True = 保留" in reports["dialect"].report("zh")
-    assert "面试模式接受这些写法：书中的 MultiHeadAttention" in reports["unmappable"].report("zh")
+    assert "面试模式接受这些写法：任何 nn.Module 类" in reports["unmappable"].report("zh")
 
 
 def test_capstone_and_follow_ups_in_chinese(capsys):

@@ -180,6 +180,11 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                   "head_dim) context to (b, T, num_heads, head_dim) before .view(b, T, d_out)",
                                   "合并多头前忘了把维度转置回来：先用 transpose(1, 2) 把形状为 (b, num_heads, T, "
                                   "head_dim) 的上下文向量变成 (b, T, num_heads, head_dim)，再 .view(b, T, d_out)"),
+    "mutant.merge_input_width": ("heads merged into the input's width: view(B, S, D) with D = x.shape[-1] (d_in) "
+                                 "only works when d_in == d_out; merge into d_out: .view(B, S, d_out) or "
+                                 ".reshape(B, S, -1)",
+                                 "合并多头时用了输入的宽度：view(B, S, D) 里的 D = x.shape[-1] 是 d_in，只有 d_in == "
+                                 "d_out 时才对；应当合并成 d_out：.view(B, S, d_out) 或 .reshape(B, S, -1)"),
     "mutant.no_out_proj": ("missing output projection: apply self.out_proj to the merged heads",
                            "缺少输出投影：合并多头之后还要经过 self.out_proj"),
     "mutant.causal_in_self_attention": ("a causal mask is applied, but SelfAttention_v2 is not causal: every token "
@@ -624,6 +629,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
 
     # ---------------------------------------------------------------------------------------- running submissions
     "run.cell_note": ("cell {cell}: {note}", "单元格 {cell}：{note}"),
+    "run.interview_detected": ("graded as {exercise} (interview mode): no check() call names an exercise, and the "
+                               "file's classes are no exercise's contract; pass --exercise to choose another",
+                               "按 {exercise}（面试模式）评分：没有 check() 调用指明练习，文件里的类也不符合任何练习的接口"
+                               "约定；要按别的练习评分，请加 --exercise"),
     "run.no_exercise": ('no exercise found: no check("id", ...) call and no contract class name',
                         '没有找到练习：既没有 check("id", ...) 调用，也没有接口约定里的类名'),
     "run.timeout": ("grading stopped after {seconds:g} s (an infinite loop?)", "评分在 {seconds:g} 秒后被终止（是不是有死循环？）"),
@@ -740,20 +749,29 @@ CHILD_ZH = {
     "cell_error": "单元格 {cell}：{type}：{message}",
     "cell_error_line": "单元格 {cell}：{type}：{message}（{line}）",
     "no_class": "没有找到类 {name}",
+    "no_class_found": "没有找到类 {name}；文件里定义的类有：{found}",
+    "no_class_fits": ("没有类 {name}，定义的类（{found}）也没有哪一个能单独作为多头注意力来评分：请指明要评的类，"
+                      "check(\"{exercise}\", 你的类)"),
+    "no_module": "没有找到 nn.Module 类（面试模式会评文件里定义的任何 nn.Module 子类，叫 {name} 或别的名字都可以）",
     "no_function": "没有找到函数 {name}",
     "not_class": "{name} 不是类",
     "not_function": "{name} 不是函数",
     "stopped": "{exercise} 的评分中途停止了：{message}",
-    "accepted": ("书中的 MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)；"
-                 "(d_model | embed_dim | hidden_size | dim | n_embd, num_heads | n_heads | n_head | nhead | heads "
-                 "[, dropout])；annotated transformer 的 MultiHeadedAttention(h, d_model[, dropout])，带 "
-                 "linears[0..3]；投影层命名为 W_query/W_key/W_value/out_proj、q_proj/k_proj/v_proj/o_proj、"
-                 "W_q/W_k/W_v/W_o、wq/wk/wv/wo 或 query/key/value/out（nn.Linear，bias 可有可无），或者一个融合的 "
-                 "qkv / c_attn / in_proj 线性层（q、k、v 依次排列，按行或按列均可）；forward(x[, mask]) 或 "
-                 "forward(query, key, value[, mask])"),
+    "accepted": ("任何 nn.Module 类（文件里只有一个就评它；有好几个就评 check() 指定的那个，否则评能跑起来的那个）；"
+                 "构造函数按参数名填写：d_in/d_out（书中的写法，顺序不限）、d_model | embed_dim | hidden_size | dim "
+                 "| n_embd | num_hiddens、num_heads | n_heads | n_head | nhead | heads | h 或 head_dim、dropout、"
+                 "context_length | block_size | ctx_len、bias | qkv_bias、batch_first，或者一个 config 对象；"
+                 "投影层命名为（大小写不限）W_query/W_key/W_value/out_proj、q_proj/k_proj/v_proj/o_proj、"
+                 "W_q/W_k/W_v/W_o、wq/wk/wv/wo、w_q/w_k/w_v/w_out 或 query/key/value/out（nn.Linear，bias 可有可无，"
+                 "也可以是按 x @ W 使用的裸矩阵）、linears[0..3]，或者一个融合的 qkv / c_attn / in_proj（q、k、v "
+                 "依次排列）；forward(x[, mask]) 或 forward(query, key, value[, mask])，返回 out 或 (out, weights)"),
     "no_parameters": "没有参数",
-    "dialect_constructor": "无法对应构造函数的参数（{names}）；面试模式接受这些写法：{accepted}",
-    "dialect_argument": "构造函数需要参数 {name}，面试模式没法替你填；它接受这些写法：{accepted}",
+    "dialect_constructor": ("无法对应构造函数的参数（{names}）：评分器按参数名填入模型宽度和头数，但两个都没找到；"
+                            "最小的改法是在你的类旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"),
+    "dialect_argument": ("构造函数需要参数 {name}，评分器没法按名字替你填；最小的改法是在你的类旁边加一个两行的"
+                         "适配器：{adapter}。面试模式接受这些写法：{accepted}"),
+    "dialect_forward": ("无法调用 forward({names})：评分器只传入 x（或 query、key、value）和掩码，没有东西可以传给 "
+                        "{extra}；最小的改法是在你的类旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"),
     "dialect_parameters": "{problems}。面试模式接受这些写法：{accepted}",
     "no_projection": "缺少{roles}",
     "projection_q": "查询投影",

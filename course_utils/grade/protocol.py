@@ -42,7 +42,8 @@ def plan(exercise: str, cases: list, square: list | None = None) -> dict:
            "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
            "cases": [plan_case(c) for c in cases]}
     if square is not None:
-        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square])
+        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square],
+                   ctors=[c.ctor for c in cases])
     return out
 
 
@@ -70,10 +71,23 @@ class Graded:
             if not isinstance(no_bias, list) or not set(no_bias) <= {"q", "k", "v", "o"}:
                 raise BadResult(Msg("bad.dialect_fields"))
             name, mask = _dialect_name(str(dialect.get("name"))[:80]), _mask_convention(str(dialect.get("mask"))[:80])
-            self.cases = [without_biases(c, no_bias) for c in self.square]
+            square = dialect.get("square", True) is not False  # d_in and d_out by name: the book's cases
+            # per case: a class that follows qkv_bias has the biases in some of the book's cases only
+            self.cases = [without_biases(c, _no_bias(rec, no_bias)) for c, rec in
+                          zip(self.square if square else self.cases, raw + [None] * len(self.cases), strict=False)]
+            no_bias = sorted(set(no_bias).intersection(*[_no_bias(rec, no_bias) for rec in raw]))
             self.assumed = (Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ",")) if no_bias
                             else Msg("assumed", name=name, mask=mask))
         return validate(raw, self.cases)
+
+
+def _no_bias(record, default: list) -> list:
+    """The roles a record's module had no bias for (the first record's, where it does not say)."""
+    dialect = record.get("dialect") if isinstance(record, dict) else None
+    no_bias = dialect.get("no_bias") if isinstance(dialect, dict) else None
+    if isinstance(no_bias, list) and set(no_bias) <= {"q", "k", "v", "o"}:
+        return no_bias
+    return default
 
 
 def _dialect_name(name: str):

@@ -147,12 +147,13 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         cells = source.read_cells(path)
     except source.SubmissionError as exc:
         return _fail_all(report, exercises or [], "unreadable", exc.args[0])
+    fallback = [] if exercises else source.detected_interview(cells)
     exercises = list(exercises or source.find_exercises(cells))
     if not exercises:
         report.error = Msg("run.no_exercise")
         return report
 
-    prepared, notes = [], []
+    prepared, notes = [], [Msg("run.interview_detected", exercise=ex) for ex in fallback]
     for cell in cells:
         code, note = source.prepare_cell(cell["source"])
         if note:

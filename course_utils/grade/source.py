@@ -159,18 +159,56 @@ def find_exercises(cells: list[dict]) -> list[str]:
             found.append(ex)
         found += [ex for ex, _ in check_calls(cell["source"]) if ex in EXERCISES]
     if not found:
-        defined, functions = set(), set()
+        defined, functions, inits = set(), set(), {}
         for cell in cells:
             tree = _parse(strip_magics(cell["source"]))
             if tree is not None:
                 defined |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
                 functions |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+                inits.update({n.name: _init_parameters(n) for n in tree.body if isinstance(n, ast.ClassDef)})
             else:  # a syntax error: still find the exercise, so that the report can name the error
                 defined |= set(re.findall(r"^class\s+(\w+)", cell["source"], re.M))
                 functions |= set(re.findall(r"^def\s+(\w+)", cell["source"], re.M))
-        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview and ex.contract in defined]
+        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview
+                 and ex.contract in defined and not _interview_answer(ex, inits.get(ex.contract))]
         found += [ex.id for ex in EXERCISES.values() if ex.kind == "model" and ex.contract in functions]
+        if not found and defined:
+            found = interview_fallback(defined, inits)
     return list(dict.fromkeys(found))
+
+
+def _init_parameters(node: ast.ClassDef):
+    """The names of a class's __init__ parameters after self, "*" for *args, or None without an __init__."""
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            a = item.args
+            return [p.arg for p in (a.posonlyargs + a.args)[1:]] + (["*"] if a.vararg else [])
+    return None
+
+
+def _interview_answer(ex, init) -> bool:
+    """A class named like ``ex``'s contract whose constructor is not ``ex``'s (all of its arguments but the last,
+    in order; a stub's *args is the contract's): an answer to the interview exercise with the same contract."""
+    if init is None or "*" in init or not any(o.interview and o.contract == ex.contract for o in EXERCISES.values()):
+        return False
+    return tuple(init[:len(ex.args) - 1]) != tuple(ex.args[:-1])
+
+
+def interview_fallback(defined: set, inits: dict) -> list:
+    """Interview exercises for a file whose classes are no exercise's contract (or the contract's name with
+    another constructor): interview mode grades any nn.Module the file defines."""
+    if not any(name in inits for name in defined):
+        return []
+    return [ex.id for ex in EXERCISES.values() if ex.interview]
+
+
+def detected_interview(cells: list[dict]) -> list:
+    """The interview exercises ``find_exercises`` took by fallback (nothing in the file names them)."""
+    named = set()
+    for cell in cells:
+        named.add(exercise_from_grade_id(cell["grade_id"]))
+        named |= {ex for ex, _ in check_calls(cell["source"])}
+    return [ex for ex in find_exercises(cells) if EXERCISES[ex].interview and ex not in named]
 
 
 def course_imports(source: str) -> list[str]:

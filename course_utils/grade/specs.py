@@ -31,7 +31,7 @@ class Variant:
                                 # | unsliced | square_slice | first_chunk_only
     fill: float = float("-inf")  # value written into hidden scores
     split: str = "ok"           # ok | no_transpose
-    merge: str = "ok"           # ok | no_transpose
+    merge: str = "ok"           # ok | no_transpose | d_in (merged into the input's width: fails unless d_in == d_out)
     out_proj: bool = True
     keys_from: str = "W_key"    # which projection makes the keys
     values_from: str = "W_value"
@@ -142,7 +142,8 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
         else:  # tiled
             k_all, v_all = k_all.repeat(1, group, 1, 1), v_all.repeat(1, group, 1, 1)
     ctx = _core(q, k_all, v_all, v, cfg, past_len)  # (B, nh, T, hd)
-    ctx = ctx.reshape(b, n, -1) if v.merge == "no_transpose" else ctx.transpose(1, 2).reshape(b, n, -1)
+    ctx = ctx.reshape(b, n, -1) if v.merge == "no_transpose" else ctx.transpose(1, 2).reshape(
+        b, n, x.shape[-1] if v.merge == "d_in" else -1)
     out = _lin(p, "out_proj", ctx) if v.out_proj else ctx
     return (out, present) if form == "cached" else out
 
@@ -406,6 +407,7 @@ M_DETACH_WEIGHTS = _mistake("grad_detached_weights")
 M_NO_GRAD = _mistake("grad_none")
 M_LEAVES_AUTOGRAD = _mistake("grad_leaves_autograd")
 M_SPLIT_MERGE = _mistake("split_merge_no_transpose")
+M_MERGE_D_IN = _mistake("merge_input_width")
 M_IGNORES_PAST = _mistake("cache_ignores_past")
 DROPOUT_IGNORED = _mistake("dropout_ignored")
 DROPOUT_ON_SCORES = _mistake("dropout_on_scores")

@@ -3,11 +3,14 @@ exercise 4; no course_utils, no SDPA, and other common dialects of the class acc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import specs
 from ..registry import Exercise
-from ..specs import grad_case, make_case, train_case
+from ..specs import CAUSAL, M_MERGE_D_IN, grad_case, make_case, mutant, train_case
 from ..types import Case
-from .mha import FORM, cases, expected, mutants
+from . import mha
+from .mha import FORM, cases, expected
 
 
 def square_cases(g) -> list[Case]:
@@ -90,6 +93,13 @@ def square_cases(g) -> list[Case]:
             **common,
         ),
     ]
+
+
+def mutants() -> list:
+    """Exercise 4's catalogue, and the merge into the input's width: a class that names d_in and d_out runs on
+    the book's cases (d_in != d_out), where view(B, S, D) with the input's D fails (last: it only matches a
+    learner that crashes in every case)."""
+    return mha.mutants() + [mutant(M_MERGE_D_IN, replace(CAUSAL, merge="d_in"))]
 
 
 EXERCISE = Exercise(

@@ -29,7 +29,7 @@ except ImportError:  # sandboxed: harness.py, dialects.py and texts.py side by s
 FUSED_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
              "multi_head_attention", "transformer_encoder_layer", "flex_attention")
 PROFILER_STOPPED = "profiler:stopped"  # what the tracer records when the submission stopped it
-MAX_MESSAGE = 1200  # long enough that a list of what is accepted is never cut
+MAX_MESSAGE = 1600  # long enough that a list of what is accepted is never cut
 
 
 class CellTimeout(BaseException):
@@ -321,7 +321,9 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
 
 
 def _backward(module, out, x, call, tag, outputs, pmap=None):
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+    if not isinstance(out, torch.Tensor):
+        return  # a tuple or another type: reported with the output itself, not as a missing gradient
+    if not out.requires_grad:
         raise _NoGrad("no_gradient")
     grad = call["grad"]
     if tuple(out.shape) != tuple(grad.shape):
@@ -340,32 +342,35 @@ class _NoGrad(Said):
     pass
 
 
-def _dialect_module(cls, case, ctor, record, settled: dict):
+def _dialect_module(cls, case, ctor, record, settled: dict, square: bool = True):
     """Build, load and wrap a candidate's MHA written in its own dialect (interview mode). The mask
     convention is settled on the first case and kept for the others (``settled``)."""
-    module, name = dialects.build(cls, ctor)
-    pmap = dialects.parameter_map(module, ctor["d_out"])
+    module, name = dialects.build(cls, ctor, square)
+    pmap = dialects.parameter_map(module, ctor["d_out"], ctor["d_in"])
     no_bias = dialects.load(module, pmap, case["params"])
     caller = dialects.Caller(module)
     if not settled:
         settled["mask"] = caller.settle(case["calls"][0]["x"])
         settled["how"] = caller.kind, caller.shape
     caller.kind, caller.shape = settled["how"]
-    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias}
+    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias, "square": square}
     return module, caller, pmap
 
 
 def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False, ctor=None,
-             settled=None) -> dict:
+             settled=None, square: bool = True, unwrap: bool = False) -> dict:
     """Everything the verdict needs about one case, as plain data; never raises for learner bugs.
     With ``ctor`` (the constructor's values by name), the class may be written in any interview dialect."""
     record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
     pmap = None
     try:
         if ctor is not None:
-            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled)
+            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled,
+                                                   square)
         else:
             module = caller = cls(*ctor_args)
+            if unwrap:  # interview mode: the book's class may return (out, attention weights)
+                caller = dialects.Caller(module)
     except dialects.DialectError as exc:
         record["error"] = {**describe_exception(exc, learner_files, "load"), "contract": True}
         return record
@@ -448,30 +453,85 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
     if plan.get("function"):
         return [run_function_case(cls, case, learner_files) for case in plan["cases"]]
     cases, ctor_args, ctors = plan["cases"], plan["ctor_args"], [None] * len(plan["cases"])
-    if plan.get("dialects") and not _is_book(cls):
-        cases, ctors = plan["square_cases"], plan["square_ctors"]
+    square = True
+    if plan.get("dialects") and not _is_book(cls, plan):
+        if dialects.takes_in_and_out(cls) and plan.get("ctors"):  # d_in and d_out by name: the book's cases
+            ctors, square = plan["ctors"], False
+        else:
+            cases, ctors = plan["square_cases"], plan["square_ctors"]
         ctor_args = [None] * len(cases)
     settled: dict = {}
+    dialected = bool(plan.get("dialects"))
     if not plan.get("trace"):
-        return [run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled)
+        return [run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
                 for i, case in enumerate(cases)]
     with FusedTracer() as tracer:  # every call of every case, training and eval mode, backward included
-        records = [run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled)
+        records = [run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled, square, dialected)
                    for i, case in enumerate(cases)]
     for record in records:
         record["calls"] = sorted(set(record["calls"]) | tracer.seen)
     return records
 
 
-def _is_book(cls) -> bool:
+def _is_book(cls, plan=None) -> bool:
+    """The book's contract, loaded strictly by parameter name: a stub, or (in interview mode) a class with the
+    book's constructor whose parameters are the book's nn.Linear layers."""
     params = dialects._params(cls.__init__)
     if any(p.kind == p.VAR_POSITIONAL for p in params):  # (*args, **kwargs): a stub; the book's contract
         return True
-    return {"d_in", "d_out", "num_heads"} <= {p.name for p in params}
+    if not {"d_in", "d_out", "num_heads"} <= {p.name for p in params}:
+        return False
+    if plan is None or not plan.get("ctor_args"):
+        return True
+    try:  # bare matrices or other names under the book's signature are mapped like any other dialect
+        names = {n for n, _ in cls(*plan["ctor_args"][0]).named_parameters()}
+    except Exception:  # noqa: BLE001 - the constructor's own error is reported when the case runs
+        return True
+    return names <= set(plan["cases"][0]["params"])
 
 
 # ------------------------------------------------------------------------------------------------------
 # the sandboxed child
+
+
+def defined_modules(namespace: dict) -> list:
+    """The nn.Module subclasses the submission defined (not imported), each once, in the order defined."""
+    seen = {}
+    for value in list(namespace.values()):
+        if (isinstance(value, type) and issubclass(value, nn.Module) and value.__module__ == "__main__"
+                and id(value) not in seen):
+            seen[id(value)] = value
+    return list(seen.values())
+
+
+_ATTENTION_NAMES = ("attention", "attn", "mha")
+
+
+def interview_class(namespace: dict, spec: dict, learner_files=None):
+    """(the class interview mode grades, the names of the classes found). One nn.Module defined: that one.
+    Several: those that fit (built, loaded and run on the first case without an interface error); of several
+    that fit, the one named like attention; otherwise None, and the names are listed to the candidate."""
+    found = defined_modules(namespace)
+    if len(found) == 1:
+        return found[0], [found[0].__name__]
+    fits = []
+    for cls in found:
+        try:
+            record = run_exercise(cls, {**spec, "cases": spec["cases"][:1], "ctor_args": spec["ctor_args"][:1],
+                                        "ctors": spec.get("ctors", [None])[:1],
+                                        "square_cases": spec["square_cases"][:1],
+                                        "square_ctors": spec["square_ctors"][:1], "trace": False},
+                                  learner_files)[0]
+        except Exception:  # noqa: BLE001 - a class that cannot even be tried does not fit
+            continue
+        error = record.get("error")
+        if error is None or error.get("where") not in ("construct", "load"):
+            fits.append(cls)
+    named = [c for c in fits if any(n in c.__name__.lower() for n in _ATTENTION_NAMES)]
+    for group in (fits, named):
+        if len(group) == 1:
+            return group[0], [c.__name__ for c in found]
+    return None, [c.__name__ for c in found]
 
 
 def plain_answer(value):
@@ -585,9 +645,27 @@ def main(result_fd: int) -> None:
         entry = {"missing": None, "records": []}
         result["exercises"][ex] = entry
         cls = requested.get(ex, namespace.get(spec["class"]))
+        if isinstance(cls, str):  # check("id", "ClassName")
+            cls = namespace.get(cls)
         kind = "function" if spec.get("function") else "class"
+        if spec.get("dialects") and not isinstance(cls, type):  # interview mode: any nn.Module the file defines
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                cls, found = interview_class(namespace, spec, learner_files)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if cls is None:
+                if found:
+                    missing(entry, "no_class_fits", name=spec["class"], found=", ".join(found), exercise=ex)
+                else:
+                    missing(entry, "no_module", name=spec["class"], exercise=ex)
+                continue
         if not (callable(cls) if spec.get("function") else isinstance(cls, type)):
-            missing(entry, ("no_" if cls is None else "not_") + kind, name=spec["class"])
+            found = defined_modules(namespace)
+            if cls is None and found:
+                missing(entry, "no_class_found", name=spec["class"], found=", ".join(c.__name__ for c in found))
+            else:
+                missing(entry, ("no_" if cls is None else "not_") + kind, name=spec["class"])
             continue
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
