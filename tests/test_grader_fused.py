@@ -91,8 +91,8 @@ def test_in_the_sandbox(tmp_path):
     assert proc.returncode == 1, proc.stderr
     rows = {r["learner"]: r for r in csv.DictReader(open(tmp_path / "g" / "grades.csv", encoding="utf-8"))}
     for name in HONEST:
-        assert rows[name]["status"] == "passed", rows[name]
+        assert rows[name]["key"] == "passed", rows[name]
     for name in SANDBOXED:
-        assert rows[name]["mha_interview"] == "0" and "forbidden" in rows[name]["status"], rows[name]
+        assert rows[name]["mha_interview"] == "0" and "forbidden" in rows[name]["key"], rows[name]
     feedback = (tmp_path / "g" / "feedback" / "flex.py.md").read_text(encoding="utf-8")
     assert "FlexAttention (flex_attention)" in feedback and "not implemented" not in feedback
