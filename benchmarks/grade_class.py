@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_utils.grade import limits
+from course_utils.grade import jail, limits
 from course_utils.grade.batch import grade_folder, status_key
-from course_utils.grade import jail
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ["01_self_attention", "02_causal_attention", "03_multihead_wrapper", "04_multihead_attention",

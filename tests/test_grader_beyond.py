@@ -96,7 +96,7 @@ def test_mutants_are_distinguishable(exercise):
         return [specs.cached_outputs(get(exercise).expected, c, v) for c in cases]
 
     def same(a, b):
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if isinstance(x, Exception) or isinstance(y, Exception):
                 if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
                     return False
@@ -170,7 +170,8 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
     refused = grade_class("mla", cu.MultiHeadLatentAttention)
     assert not refused and refused.diagnosis == "delegates"
     src = REFERENCE["rope"].replace("return x * angles.cos() + turned * angles.sin()",
-                                    "import course_utils\n        return course_utils.rope(x, positions, self.rope_base)")
+                                    "import course_utils\n"
+                                    "        return course_utils.rope(x, positions, self.rope_base)")
     refused = grade("rope", src)
     assert not refused and refused.diagnosis == "delegates" and "course_utils.rotary.rope" in refused.report()
 
@@ -180,7 +181,8 @@ def test_a_missing_tile_check_is_named_not_a_crash():
     with 'tiled' checked only on cases large enough to tell."""
     cases = get("online_softmax").make_cases()
     assert [c.meta["tile_bound"] is not None for c in cases] == [False, True, True, False, True]
-    result = grade("online_softmax", mutate(REFERENCE["online_softmax"], dict(MUTANTS["online_softmax"])["scores_materialised"]))
+    materialised = dict(MUTANTS["online_softmax"])["scores_materialised"]
+    result = grade("online_softmax", mutate(REFERENCE["online_softmax"], materialised))
     assert result.diagnosis == "scores_materialised" and result.checks_passed == 3  # 2 of 4 cases + determinism
 
 

@@ -10,8 +10,7 @@ from course_utils.grade import check, grade_class, specs
 from course_utils.grade.diagnose import compare, verdict
 from course_utils.grade.exercises import IDS, get
 from course_utils.grade.protocol import Graded, run_in_process
-from tests.grader_cases.implementations import (ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT,
-                                                mutate)
+from tests.grader_cases.implementations import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT, mutate
 
 # exercises 08-13 have grader tests of their own (test_grader_beyond.py, test_grader_sliding_window.py,
 # test_grader_paged_decode.py)
@@ -79,7 +78,7 @@ def test_mutants_are_distinguishable(exercise):
         return [specs.cached_outputs(get(exercise).expected, c, v) for c in cases]
 
     def same(a, b):
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if isinstance(x, Exception) or isinstance(y, Exception):
                 if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
                     return False  # crashing variants are told apart by where they crash

@@ -13,11 +13,10 @@ import pytest
 
 import course_utils as cu
 from course_utils.grade import __main__ as cli
-from course_utils.grade import batch, check, check_answers, grade_class, messages, runner, specs, specs_capstone
+from course_utils.grade import batch, check, check_answers, grade_class, jail, messages, runner, specs, specs_capstone
 from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import EXERCISES, get
 from course_utils.grade.messages import CATALOGUE, JOINS, Msg, from_child
-from course_utils.grade import jail
 from course_utils.grade.sandbox import texts
 from tests.grader_cases import capstone, dialects
 from tests.grader_cases.implementations import ALTERNATIVES, REFERENCE, STUB_FORWARD, mutate
@@ -170,7 +169,7 @@ def test_failure_paths_in_chinese():
         "dialect": grade_class("mha_interview", load(dialects.DIALECTS["hugging_face"], name)),
         "unmappable": grade_class("mha_interview", load(UNMAPPABLE, name)),
     }
-    for what, result in reports.items():
+    for result in reports.values():
         assert_chinese(result.report("zh"))
     assert "还没有实现：请写出 MultiHeadAttention" in reports["stub"].report("zh")
     assert "还没有实现：请定义类 GroupedQueryAttention" in reports["undefined"].report("zh")

@@ -1,9 +1,8 @@
 """The grader on the course's own solution notebooks, through the sandboxed path instructors use."""
 from pathlib import Path
 
-from course_utils.grade import check, runner
+from course_utils.grade import check, jail, runner
 from course_utils.grade.batch import grade_folder
-from course_utils.grade import jail
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -139,7 +139,7 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
             reports[i] = future.result()
             if progress is not None:
                 progress(done, len(files), files[i].name, reports[i])
-    graded = [(p.name, rep) for p, rep in zip(files, reports)]
+    graded = [(p.name, rep) for p, rep in zip(files, reports, strict=False)]
 
     seen = [r.exercise for _, rep in graded for r in rep.results]
     columns = [ex for ex in EXERCISES if ex in seen] + sorted({ex for ex in seen if ex not in EXERCISES})
@@ -151,7 +151,7 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
         # points as nbgrader counts them (a check cell's points times the share of checks passed), the fraction
         # of the points, the status in words, the same as machine keys, and the feedback file
         writer.writerow(["learner", *columns, "total", "max", "fraction", "status", "key", "feedback"])
-        for (name, rep), feedback in zip(graded, feedback_files):
+        for (name, rep), feedback in zip(graded, feedback_files, strict=False):
             got = {r.exercise: r.score * points(r.exercise) for r in rep.results}
             worth = sum(points(r.exercise) for r in rep.results)
             row = [f"{round(got[ex], 2):g}" if ex in got else "" for ex in columns]
@@ -159,7 +159,7 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
             writer.writerow([csv_cell(shown(name)), *row, f"{total:g}", f"{worth:g}",
                              f"{total / worth:.3f}" if worth else "0", csv_cell(status(rep, lang)),
                              csv_cell(status_key(rep)), csv_cell("feedback/" + feedback)])
-    for (name, rep), feedback in zip(graded, feedback_files):
+    for (name, rep), feedback in zip(graded, feedback_files, strict=False):
         (out / "feedback" / feedback).write_text(feedback_markdown(name, rep, lang), encoding="utf-8")
     (out / "skipped.txt").write_text("".join(Msg("cli.skipped_line", name=shown(name), why=why).render(lang) + "\n"
                                              for name, why in skipped), encoding="utf-8")

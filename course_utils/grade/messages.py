@@ -52,9 +52,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                       "{label}形状为 {got}，但接口约定要求 {need}{extra}"),
     "compare.cache_layout": (" ([b, num_heads, n_past + n_new, head_dim])",
                              "（[b, num_heads, n_past + n_new, head_dim]）"),
-    "compare.not_tiled": ("{step}: more memory than tiles need: the full score matrix, or a (block, n_k) row strip "
-                          "of it, was built",
-                          "{step}：用的内存超出了分块所需：构造了完整的分数矩阵，或其中一整条 (block, n_k) 的行带"),
+    "compare.not_tiled": ("{step}: not tiled: more memory than tiles need (the full score matrix, or a (block, n_k) "
+                          "row strip of it, was built); compute the scores one (block_size, block_size) tile at a time",
+                          "{step}：没有分块：用的内存超出了分块所需（构造了完整的分数矩阵，或其中一整条 (block, n_k) 的"
+                          "行带）；应当一次只算一个 (block_size, block_size) 的分数分块"),
     "compare.not_absorbed": ("{step}: absorb=True built per-head keys or values of every cached token",
                              "{step}：absorb=True 时为每个缓存的 token 构造了每个头的键或值"),
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
@@ -66,10 +67,6 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                           "first at index {index})",
                           "{label}在参考实现为 {need} 的位置上是 {got}（{total} 个数里有 {count} 个这样，第一个在下标 "
                           "{index}）"),
-    "compare.not_tiled": ("not tiled: a floating-point tensor larger than one tile was built (the full score matrix, "
-                          "or a copy of it); compute the scores one (block_size, block_size) tile at a time",
-                          "没有分块：构造了比一个分块更大的浮点张量（完整的分数矩阵或它的副本）；应当一次只算一个 "
-                          "(block_size, block_size) 的分数分块"),
 
     # ---------------------------------------------------------------------------------------- errors, refusals
     "where.construct": ("constructing the module", "构造模块时"),

@@ -99,7 +99,7 @@ def _dialect_name(name: str):
     return Msg("dialect.signature", signature=name)
 
 
-_MASK_KEYS = dict(zip(dialects.MASKS, ("mask.built_in", "mask.keep", "mask.hidden", "mask.additive")))
+_MASK_KEYS = dict(zip(dialects.MASKS, ("mask.built_in", "mask.keep", "mask.hidden", "mask.additive"), strict=False))
 
 
 def _mask_convention(mask: str):
@@ -161,7 +161,7 @@ def validate(records, cases: list) -> list:
     if not isinstance(records, list) or len(records) != len(cases):
         raise BadResult(Msg("bad.records"))
     clean = []
-    for case, rec in zip(cases, records):
+    for case, rec in zip(cases, records, strict=False):
         if not isinstance(rec, dict):
             raise BadResult(Msg("bad.record"))
         params = list(case.params)

@@ -55,7 +55,7 @@ def _notes(data) -> list:
     """The child's notes, as texts in the learner's language where it sent their said forms too."""
     notes, said = _strings(data.get("notes")), data.get("notes_said")
     said = said if isinstance(said, list) and len(said) >= len(notes) else [None] * len(notes)
-    return [from_child(tree, note) for note, tree in zip(notes, said)]
+    return [from_child(tree, note) for note, tree in zip(notes, said, strict=False)]
 
 
 def _answers(raw) -> list:
@@ -233,6 +233,6 @@ def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxe
     except protocol.BadResult as exc:
         return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""),
                                       seed=seed)
-    for rec, case in zip(records, cases):
+    for rec, case in zip(records, cases, strict=False):
         rec["case"] = case.name
     return grader.verdict(ex, records, None, seed)

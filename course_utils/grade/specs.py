@@ -268,7 +268,8 @@ def make_case(form, name, g, x_shape, steps=None, large=False, **ctor):
     else:
         calls, last = [], None
         for i, (start, end, use_cache, pass_past) in enumerate(steps):
-            calls.append(Call(x[:, start:end], seed=draw_seed(g), past=last if pass_past else None, use_cache=use_cache))
+            past = last if pass_past else None
+            calls.append(Call(x[:, start:end], seed=draw_seed(g), past=past, use_cache=use_cache))
             if use_cache:
                 last = i
     # float32 scores in the hundreds carry rounding errors of ~1e-5 that fused kernels and matmul orders
@@ -306,7 +307,8 @@ def train_case(form, name, g, batch, tokens, **ctor):
         params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
         params["out_proj.bias"] = torch.zeros(d_out)
     use_cache = False if form == "cached" else None
-    calls = [Call(x, seed=draw_seed(g), use_cache=use_cache), Call(x, train=True, seed=draw_seed(g), use_cache=use_cache)]
+    calls = [Call(x, seed=draw_seed(g), use_cache=use_cache),
+             Call(x, train=True, seed=draw_seed(g), use_cache=use_cache)]
     return Case(name, ctor, params, calls, kind="train", meta={"tokens": tokens})
 
 

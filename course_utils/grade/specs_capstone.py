@@ -328,7 +328,7 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     if any(e["not_implemented"] for e in errors):
         return not_implemented(exercise)
     reasons = []
-    for case, rec in zip(cases, records):
+    for case, rec in zip(cases, records, strict=False):
         if rec["error"] is not None:
             e = rec["error"]
             reasons.append((case.name, Msg("error.plain_line", type=e["type"], message=e["message"], line=e["line"])
@@ -344,7 +344,7 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     details = [Msg("detail.case", case=case_title(name), why=why) for name, why in reasons]
     answers = [_pair(r["answer"]) if r["error"] is None else None for r in records]
     for mutant in MUTANTS:
-        if all(mutant.matches(c, a) for a, c in zip(answers, cases)):
+        if all(mutant.matches(c, a) for a, c in zip(answers, cases, strict=False)):
             return Result(exercise, False, score, passed, total, mutant.key, [mutant.message] + details)
     if errors:
         return Result(exercise, False, score, passed, total, "exception", [details[0]] + details[1:])

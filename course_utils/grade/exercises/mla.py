@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from ..registry import Exercise
 from ..specs_beyond import (
-    M_MLA_HEADS_MINOR,
     M_IGNORES_PAST,
     M_MLA_ABSORB_IGNORED,
+    M_MLA_HEADS_MINOR,
     M_MLA_NO_ROPE,
     M_MLA_PER_HEAD_IN_OUT,
     M_MLA_ROPE_ABSORBED,

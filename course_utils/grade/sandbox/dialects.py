@@ -256,10 +256,10 @@ def book_grads(module, pmap: dict) -> dict:
         bias = own[entry["bias"]] if entry["bias"] else None
         bg = None if bias is None else (bias.grad if bias.grad is not None else torch.zeros_like(bias))
         if role == "qkv":
-            for r, part in zip("qkv", g.chunk(3, dim=0)):
+            for r, part in zip("qkv", g.chunk(3, dim=0), strict=False):
                 grads[_BOOK[r] + ".weight"] = part
             if bg is not None:
-                for r, part in zip("qkv", bg.chunk(3)):
+                for r, part in zip("qkv", bg.chunk(3), strict=False):
                     grads[_BOOK[r] + ".bias"] = part
         else:
             grads[_BOOK[role] + ".weight"] = g
