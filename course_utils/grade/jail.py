@@ -29,7 +29,8 @@ MAX_FILE = 64 << 20        # any one file written
 PRIVATE_DIR_SIZE = 64 << 20
 MAX_RESULT = 64 << 20      # bytes read back from the result pipe
 STDERR_TAIL = 4096         # bytes of stderr kept
-SANDBOX_UID = 61000        # + a slot number: parallel submissions never share a user
+SANDBOX_UID = 61000        # + this grader process's block + a slot number: see sandbox_uid
+SLOTS_PER_GRADER = 64      # the uids of one grader process: one per worker slot
 
 _SANDBOX = Path(__file__).resolve().parent / "sandbox"  # mounted as it is, at /grader
 _COURSE = _SANDBOX.parents[1]
@@ -153,10 +154,17 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONWARNINGS", "ignore", "--"]
     if os.geteuid() == 0:
-        uid = str(SANDBOX_UID + slot)
+        uid = str(sandbox_uid(slot))
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--"]
     return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
+
+
+def sandbox_uid(slot: int) -> int:
+    """The unprivileged user a sandbox runs as (when the grader is root): its own per worker slot, and a block of
+    its own per grader process, so that RLIMIT_NPROC (which counts a user's processes and threads host-wide) is never
+    shared between parallel submissions, nor between two graders running at once (two batches, test workers)."""
+    return SANDBOX_UID + (os.getpid() % 256) * SLOTS_PER_GRADER + slot % SLOTS_PER_GRADER
 
 
 def _user_processes() -> int:
