@@ -1,32 +1,21 @@
 """The grader in-process: references and alternatives pass, stubs say "not implemented", and every
 misconception mutant gets its own diagnosis (the same logic the CLI uses)."""
-import linecache
 
 import pytest
 import torch
 
 import course_utils as cu
 from course_utils.grade import check, grade_class, specs
-from course_utils.grade.diagnose import compare, verdict
+from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import IDS, get
 from course_utils.grade.protocol import Graded, run_in_process
+from tests.conftest import grade, load
 from tests.grader_cases.implementations import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT, mutate
 
 # exercises 08-13 have grader tests of their own (test_grader_beyond.py, test_grader_sliding_window.py,
 # test_grader_paged_decode.py)
 SKIPPED = ("rope", "online_softmax", "mla", "induction_head", "sliding_window", "paged_decode")
 EXERCISES = tuple(ex for ex in IDS if ex not in SKIPPED)
-
-
-def load(src, name):
-    ns = {"__name__": "learner"}
-    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
-    exec(compile(src, "<learner>", "exec"), ns)
-    return ns[name]
-
-
-def grade(exercise, src):
-    return grade_class(exercise, load(src, get(exercise).contract))
 
 
 @pytest.mark.parametrize("exercise", EXERCISES)
@@ -67,31 +56,6 @@ def test_catalogue_sizes():
     minimum = {"mha": 10, "gqa": 4}
     for ex in EXERCISES:
         assert len({k for k, _ in MUTANTS[ex]}) >= minimum.get(ex, 3), ex
-
-
-@pytest.mark.parametrize("exercise", EXERCISES)
-def test_mutants_are_distinguishable(exercise):
-    """Each grader mutant differs from the reference, and no earlier mutant with another key shadows it."""
-    cases = get(exercise).make_cases(seed=1)
-
-    def outs(v):
-        return [specs.cached_outputs(get(exercise).expected, c, v) for c in cases]
-
-    def same(a, b):
-        for x, y in zip(a, b, strict=False):
-            if isinstance(x, Exception) or isinstance(y, Exception):
-                if not (isinstance(x, Exception) and isinstance(y, Exception)) or x.step != y.step:
-                    return False  # crashing variants are told apart by where they crash
-            elif compare(x, y) is not None:
-                return False
-        return True
-
-    ref = outs(get(exercise).correct)
-    mutants = get(exercise).mutants()
-    for i, m in enumerate(mutants):
-        assert not same(outs(m.variant), ref), m
-        for earlier in mutants[:i]:
-            assert earlier.key == m.key or not same(outs(m.variant), outs(earlier.variant)), (earlier.key, m.key)
 
 
 @pytest.mark.parametrize("exercise,cls", [("self_attention", cu.SelfAttention_v2), ("causal", cu.CausalAttention),

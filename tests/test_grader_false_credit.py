@@ -10,35 +10,24 @@ behaviour, names the mistake, and still passes honest alternatives.
 - The capstone's graded models carry decoys: the largest weights belong to a silent head, the heads are
   disguised and never where the checkpoint recorded them: largest_weight_norm, checkpoint_metadata.
 """
-import linecache
 
 import numpy as np
 import pytest
 import torch
 
-from course_utils.grade import grade_class, specs_capstone
+from course_utils.grade import specs_capstone
 from course_utils.grade.exercises import get
 from course_utils.grade.messages import Msg
 from course_utils.grade.protocol import plan_case
 from course_utils.grade.runner import grade_file
 from course_utils.grade.sandbox.harness import PeakMemory, run_function_case
 from course_utils.grade.specs_beyond import mla_forward, rope_forward
+from tests.conftest import grade, load
 from tests.grader_cases import false_credit as fc
 from tests.grader_cases.capstone import ALTERNATIVES as CAPSTONE_ALTERNATIVES
 from tests.grader_cases.capstone import REFERENCE as CAPSTONE_REFERENCE
 
 CAPSTONE = "induction_head"
-
-
-def load(src, name):
-    ns = {"__name__": "learner"}
-    linecache.cache["<learner>"] = (len(src), None, src.splitlines(True), "<learner>")  # as IPython does
-    exec(compile(src, "<learner>", "exec"), ns)
-    return ns[name]
-
-
-def grade(exercise, src):
-    return grade_class(exercise, load(src, get(exercise).contract))
 
 
 def _named(result, key, exercise):

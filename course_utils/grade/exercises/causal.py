@@ -83,9 +83,6 @@ def cases(g) -> list[Case]:
     ]
 
 
-def expected(case: Case, variant) -> dict:
-    return specs.expected_outputs(FORM, case, variant)
-
 
 def mutants() -> list:
     return (
@@ -109,7 +106,7 @@ EXERCISE = Exercise(
     contract="CausalAttention",
     args=("d_in", "d_out", "context_length", "dropout", "qkv_bias"),
     cases=cases,
-    expected=expected,
+    expected=specs.expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

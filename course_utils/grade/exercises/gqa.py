@@ -118,9 +118,6 @@ def cases(g) -> list[Case]:
     ]
 
 
-def expected(case: Case, variant) -> dict:
-    return specs.expected_outputs(FORM, case, variant)
-
 
 def mutants() -> list:
     return (
@@ -141,7 +138,7 @@ EXERCISE = Exercise(
     contract="GroupedQueryAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_groups", "qkv_bias"),
     cases=cases,
-    expected=expected,
+    expected=specs.expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

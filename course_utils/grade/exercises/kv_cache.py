@@ -116,9 +116,6 @@ def cases(g) -> list[Case]:
     ]
 
 
-def expected(case: Case, variant) -> dict:
-    return specs.expected_outputs(FORM, case, variant)
-
 
 def mutants() -> list:
     return (
@@ -150,7 +147,7 @@ EXERCISE = Exercise(
     contract="CachedMultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,
-    expected=expected,
+    expected=specs.expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

@@ -10,7 +10,7 @@ from ..registry import Exercise
 from ..specs import CAUSAL, M_MERGE_D_IN, grad_case, make_case, mutant, train_case
 from ..types import Case
 from . import mha
-from .mha import FORM, cases, expected
+from .mha import FORM, cases
 
 
 def square_cases(g) -> list[Case]:
@@ -111,7 +111,7 @@ EXERCISE = Exercise(
     contract="MultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,
-    expected=expected,
+    expected=specs.expected_for(FORM),
     correct=specs.CAUSAL,
     mutants=mutants,
     interview=True,

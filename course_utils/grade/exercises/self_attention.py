@@ -38,9 +38,6 @@ def cases(g) -> list[Case]:
     ]
 
 
-def expected(case: Case, variant) -> dict:
-    return specs.expected_outputs(FORM, case, variant)
-
 
 def mutants() -> list:
     return [
@@ -65,7 +62,7 @@ EXERCISE = Exercise(
     contract="SelfAttention_v2",
     args=("d_in", "d_out", "qkv_bias"),
     cases=cases,
-    expected=expected,
+    expected=specs.expected_for(FORM),
     correct=PLAIN,
     mutants=mutants,
 )
