@@ -20,7 +20,7 @@ import torch
 from matplotlib import font_manager
 from matplotlib.text import Text
 
-from . import viz_zh
+from . import figure_check, viz_zh
 from .lang import current_language, pick
 
 # families with Chinese glyphs, most wanted first (Debian's fonts-noto-cjk, Source Han, WenQuanYi, macOS, Windows)
@@ -100,27 +100,44 @@ elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
     # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts
     notice_missing_cjk_font()
 
+if os.environ.get(figure_check.CHECK_ENV_VAR) and "ipykernel" in sys.modules:
+    # the kernels of the test suite's nbval run (tests/conftest.py): every figure is checked before it is shown
+    figure_check.check_when_drawn(chinese=speaks_chinese)
 
-def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True):
-    """Heatmap of one (num_queries, num_keys) weight matrix, queries down, keys across."""
+
+def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True,
+                   vmax=None, decimals=2):
+    """Heatmap of one (num_queries, num_keys) weight matrix, queries down, keys across.
+
+    ``annotate``: write each weight in its cell (matrices up to 10 x 10), the largest of each row in bold (the key
+    that query attends to most, even where two weights round alike). Without annotations, give the image a colour
+    bar (``plot_head_grid`` does). ``vmax``: the top of the colour scale (default: the largest weight).
+    """
     weights = torch.as_tensor(weights).detach().float().cpu()
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 3.5))
-    image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(weights.max())))
+    top = max(1e-9, float(weights.max())) if vmax is None else vmax
+    image = ax.imshow(weights.numpy(), cmap=cmap, vmin=0.0, vmax=top)
     key_tokens = key_tokens if key_tokens is not None else tokens
     if tokens is not None:
         ax.set_yticks(range(len(tokens)), tokens)
     if key_tokens is not None:
         ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=45, ha="right")
-    if annotate and weights.numel() <= 100:
+    annotated = annotate and weights.numel() <= 100
+    if annotated:
+        largest = weights.argmax(dim=-1).tolist()
         for (i, j), value in _cells(weights):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if value < 0.6 * float(weights.max()) else "black")
-    ax.set_xlabel("key")
+            ax.text(j, i, f"{value:.{decimals}f}", ha="center", va="center", fontsize=7,
+                    fontweight="bold" if j == largest[i] else "normal",
+                    color="white" if value < 0.6 * top else "black")
+    ax.set_xlabel(KEY_BOLD_LABEL if annotated else "key")
     ax.set_ylabel("query")
     if title:
         ax.set_title(title)
     return image
+
+
+KEY_BOLD_LABEL = "key (bold: the largest weight of each row)"
 
 
 def _cells(matrix):
@@ -130,20 +147,29 @@ def _cells(matrix):
 
 
 def plot_head_grid(weights, tokens=None, title=None, ncols=None, annotate=False):
-    """One heatmap per head of a (num_heads, num_queries, num_keys) weight tensor; returns the figure."""
+    """One heatmap per head of a (num_heads, num_queries, num_keys) weight tensor; returns the figure.
+
+    The heads share one colour scale: with ``annotate`` each cell shows its weight (the panels grow to fit the
+    numbers), else one colour bar beside the grid says what the colours mean.
+    """
     weights = torch.as_tensor(weights).detach().float().cpu()
-    num_heads = weights.shape[0]
+    num_heads, num_queries, num_keys = weights.shape
     ncols = ncols or min(num_heads, 4)
     nrows = -(-num_heads // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
+    # an annotated cell needs about 0.45 in for "0.00" at 7 pt; the labels around a panel about 1.4 in
+    width, height = (0.45 * num_keys + 1.4, 0.45 * num_queries + 1.4) if annotate else (3.2, 3.0)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    vmax = max(1e-9, float(weights.max()))
     for h, ax in enumerate(axes.flat):
         if h < num_heads:
-            plot_attention(weights[h], tokens, ax=ax, title=f"head {h}", annotate=annotate)
+            image = plot_attention(weights[h], tokens, ax=ax, title=f"head {h}", annotate=annotate, vmax=vmax)
         else:
             ax.axis("off")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if not annotate:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     return fig
 
 

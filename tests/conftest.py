@@ -25,6 +25,9 @@ def pytest_configure(config):
     # the suite checks English outputs (and the Chinese twins by their folder): a learner's exported ATTN_LANG
     # must not switch the language of every kernel and grader report it starts
     os.environ.pop("ATTN_LANG", None)
+    if config.getoption("nbval", default=False):
+        # every figure a notebook shows is checked as it is drawn (course_utils/figure_check.py): nbval fails there
+        os.environ.setdefault("ATTN_CHECK_FIGURES", "1")
     config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False")
     config.addinivalue_line("markers", "requires_sandbox: needs the grader's sandbox (Linux and bubblewrap); skipped "
                                        "with the reason where there is none, an error in CI (CI=true)")

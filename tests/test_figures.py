@@ -1,0 +1,184 @@
+"""The figure check (course_utils/figure_check.py) on small figures built here: each rule fails the figure made
+with its defect and passes the same figure made right. The notebooks' own figures are checked where they are drawn:
+tests/conftest.py sets ATTN_CHECK_FIGURES=1 for runs with --nbval, so nbval fails at a cell whose figure has a
+problem (the same run that compares the notebooks' outputs, so no notebook is executed twice)."""
+import os
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils import figure_check, viz  # noqa: E402
+from course_utils.figure_check import figure_problems  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def problems_of(fig, chinese=False):
+    return "\n".join(figure_problems(fig, chinese=chinese))
+
+
+def test_a_figure_that_tells_its_story_passes():
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3.5))
+    ax0.plot([1, 2, 3], [1, 4, 9], "o-", color="tab:blue", label="loop")
+    ax0.plot([1, 2, 3], [1, 2, 3], "s-", color="tab:orange", label="batched")
+    ax0.set_xlabel("heads"), ax0.set_ylabel("ms"), ax0.legend(loc="upper left")
+    viz.plot_attention(torch.softmax(torch.randn(4, 4), -1), list("abcd"), ax=ax1, title="weights")
+    fig.tight_layout()
+    assert figure_problems(fig) == []
+
+
+def test_an_axes_needs_a_title_or_labels_and_numbers_need_a_label():
+    fig, ax = plt.subplots()
+    ax.bar(["a", "b"], [0.3, 0.7])
+    assert "numbers on the y axis without a label" in problems_of(fig)
+    assert "no title and no axis labels" in problems_of(fig)
+    ax.set_ylabel("attention weight")
+    assert problems_of(fig) == ""
+
+
+def test_overlapping_texts_are_found_from_their_extents():
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.imshow(np.random.default_rng(0).random((8, 8)), vmin=0, vmax=1)
+    for i in range(8):
+        for j in range(8):
+            ax.text(j, i, "0.123", fontsize=9, ha="center", va="center")
+    ax.set_xlabel("key"), ax.set_ylabel("query")
+    assert "texts overlap: '0.123' and '0.123'" in problems_of(fig)
+
+
+def test_rotated_tick_labels_that_do_not_touch_pass():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar(["Your", "journey", "starts", "with"], [1, 2, 3, 4])
+    ax.tick_params(axis="x", rotation=45)
+    ax.set_ylabel("weight")
+    fig.tight_layout()
+    assert "overlap" not in problems_of(fig)
+
+
+def test_a_heatmap_needs_a_colour_bar_or_its_values():
+    weights = torch.softmax(torch.randn(5, 5), -1)
+    fig, ax = plt.subplots()
+    image = viz.plot_attention(weights, list("abcde"), ax=ax, title="weights", annotate=False)
+    assert "a heatmap without a colour bar or its values written" in problems_of(fig)
+    fig.colorbar(image, ax=ax, label="attention weight")
+    assert problems_of(fig) == ""
+
+
+def test_a_heatmap_needs_query_and_key_labels():
+    fig, ax = plt.subplots()
+    image = ax.imshow(np.random.default_rng(0).random((3, 3)))
+    ax.set_xticks(range(3), list("abc")), ax.set_yticks(range(3), list("abc")), ax.set_title("weights")
+    fig.colorbar(image, ax=ax, label="weight")
+    assert "a heatmap without a label on its x axis" in problems_of(fig)
+    assert "a heatmap without a label on its y axis" in problems_of(fig)
+
+
+def test_written_values_must_show_the_largest_of_a_row():
+    weights = torch.tensor([[0.201, 0.204, 0.595], [0.4, 0.3, 0.3], [0.396, 0.2036, 0.4004]])
+    fig, ax = plt.subplots()
+    ax.imshow(weights.numpy(), vmin=0, vmax=1)
+    for i in range(3):
+        for j in range(3):
+            ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center")
+    ax.set_xlabel("key"), ax.set_ylabel("query")
+    assert "row 2: the largest value reads '0.40' like a smaller one" in problems_of(fig)
+    assert "row 0" not in problems_of(fig)  # 0.60 stands out
+    fig, ax = plt.subplots()
+    viz.plot_attention(weights, list("abc"), ax=ax)  # the largest of each row in bold
+    assert problems_of(fig) == ""
+
+
+def test_a_mask_needs_a_key_and_no_cell_in_the_background_colour():
+    fig, ax = plt.subplots()
+    ax.imshow(np.tril(np.ones((4, 4))), cmap="Greys", vmin=0, vmax=1.5)
+    ax.set_xlabel("key"), ax.set_ylabel("query"), ax.set_title("mask")
+    found = problems_of(fig)
+    assert "colours no legend or title explains" in found and "cells drawn in the background's colour" in found
+    ax.imshow(np.tril(np.ones((4, 4))), cmap="Greys", vmin=-0.5, vmax=1.5)
+    ax.images[0].remove()
+    ax.set_title("mask (dark = hidden)")
+    assert problems_of(fig) == ""
+
+
+def test_colours_need_a_legend():
+    fig, ax = plt.subplots()
+    ax.barh(["a", "b", "c"], [3, 2, 1], color=["tab:green", "tab:blue", "tab:blue"])
+    ax.set_xlabel("ms")
+    assert "bars in 2 colours and no legend" in problems_of(fig)
+
+
+def test_a_reference_line_needs_a_name():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [0, 1, 4], label="loss")
+    ax.axvline(1, ls="--", color="gray")
+    ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(loc="upper left")
+    assert "a dashed line (#808080) that no legend or text names" in problems_of(fig)
+    ax.text(1.05, 3, "phase change")
+    assert problems_of(fig) == ""
+
+
+def test_one_colour_per_method_across_panels():
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3))
+    for ax, names in ((ax0, ("NTK-aware", "YaRN")), (ax1, ("YaRN", "NTK-aware"))):
+        for k, name in enumerate(names):
+            ax.plot([0, 1], [k, k + 1], label=name)
+        ax.set_xlabel("i"), ax.set_ylabel("ratio"), ax.legend(loc="lower right")
+    found = problems_of(fig)
+    assert "'YaRN' is drawn in 2 colours" in found and "stands for 2 methods" in found
+
+
+def test_a_legend_over_the_bars():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar(range(4), [1, 1, 1, 1], label="accuracy")
+    ax.set_ylabel("accuracy"), ax.legend(loc="center")
+    assert "the legend covers the data" in problems_of(fig)
+
+
+def test_a_bar_of_height_zero_needs_its_value():
+    fig, ax = plt.subplots()
+    bars = ax.bar(["MHA", "GQA"], [0.0, 0.6])
+    ax.set_ylabel("error")
+    assert "a bar of length 0" in problems_of(fig)
+    ax.bar_label(bars, fmt="%.2f")
+    assert problems_of(fig) == ""
+
+
+def test_a_chinese_figure_has_no_english_labels():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2], label="random heads")
+    ax.plot([1, 2], [2, 1], label="KV cache")
+    ax.set_xlabel("tokens"), ax.set_ylabel("MiB"), ax.set_title("your model"), ax.legend()
+    found = problems_of(fig, chinese=True)
+    assert "'your model'" in found and "'random heads'" in found
+    assert "'KV cache'" not in found and "'MiB'" not in found and "'tokens'" not in found
+    assert not figure_check._latin_only("你的模型（your model）") and not figure_check._latin_only("q·k / √d_k")
+    assert "English in a Chinese figure" not in problems_of(fig, chinese=False)
+
+
+def test_the_hook_refuses_a_figure_with_problems_when_it_is_drawn():
+    """What nbval's kernels do (ATTN_CHECK_FIGURES=1 and viz imported in a kernel): every figure is checked as it
+    is drawn, inline display and viz.figure_png alike (both go through print_figure). Before that, nothing is."""
+    code = ("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt\n"
+            "from course_utils import figure_check, viz\n"
+            "def bad():\n    fig, ax = plt.subplots(); ax.bar(['a', 'b'], [1, 2]); return fig\n"
+            "print('unchecked:', len(viz.figure_png(bad())) > 0)\n"
+            "figure_check.check_when_drawn()\n"
+            "try:\n    viz.figure_png(bad())\nexcept figure_check.FigureProblems as e:\n    print('refused:', e)\n"
+            "fig = bad(); fig.axes[0].set_ylabel('ms')\n"
+            "print('shown:', len(viz.figure_png(fig)) > 0)\n")
+    env = {k: v for k, v in os.environ.items() if k != figure_check.CHECK_ENV_VAR}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "unchecked: True" in out.stdout and "shown: True" in out.stdout
+    assert "refused: figure" in out.stdout and "numbers on the y axis without a label" in out.stdout
