@@ -45,6 +45,7 @@ LABELS = {
     "~causal_mask (bottom-right): RIGHT": "~causal_mask（右下对齐）：正确",
     "cached | new": "缓存 | 新",
     "key dimension": "键的维度",
+    "token": "词元（token）",
     "key value": "键的取值",
     # 06
     "K/V head read by each query head (8 query heads, 2 K/V heads)":
@@ -55,6 +56,8 @@ LABELS = {
     "MHA -> GQA by mean-pooling, before uptraining": "MHA -> GQA（平均池化，上训练之前）",
     "query head": "查询头",
     "expansion": "扩展方式",
+    "repeat_kv (expand)": "repeat_kv（expand 扩展）",
+    ".repeat (tiling)": ".repeat（平铺）",
     "KV cache per sequence, 4096 tokens, bfloat16": "每条序列的 KV 缓存（4096 个 token，bfloat16）",
     "your model": "你的模型",
     "published models": "公开的模型",
@@ -66,6 +69,9 @@ LABELS = {
     "sequence length (tokens so far)": "序列长度（已有 token 数）",
     "time per token vs sequence length": "每个 token 的耗时与序列长度",
     "tokens / s": "token / 秒",
+    "no cache": "不用缓存",
+    "growing cache": "逐步增长的缓存",
+    "preallocated cache": "预分配的缓存",
     "loop over heads (03)": "逐头循环（03）",
     "reference: explicit softmax (04)": "参考实现：显式 softmax（04）",
     "one fused QKV projection": "一次融合的 QKV 投影",

@@ -20,6 +20,7 @@ LAYERS = [
         "course_utils.memory",
         "course_utils.viz",
         "course_utils.viz_zh",
+        "course_utils.figure_check",
     ],  # the toolbox
     ["course_utils.reference"],  # the answers
     ["course_utils.capstone"],  # the course's GPT
