@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from itertools import combinations
 
 import numpy as np
 from matplotlib.backend_bases import FigureCanvasBase
@@ -45,6 +44,7 @@ OVERLAP_PX = 1.0  # texts may touch; overlapping by more than this (in both dire
 NEAR_PX = 12.0  # a text this close to a line names it
 MAX_CATEGORIES = 8  # an image of at most this many whole numbers is a mask or a map of categories
 _CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+_SCIENTIFIC = re.compile(r"\\times\s*\\?\w*\s*10\^|×\s*10")  # "4×10⁰" on a log axis
 _NUMBER = re.compile(r"^[\s−\-+]*[\d.,]+(e[−\-+]?\d+)?\s*%?$|^\$.*\$$")
 
 
@@ -171,6 +171,11 @@ def _label_problems(ax):
             problems.append(f"a heatmap without a label on its {axis.axis_name} axis (what its rows or columns are)")
         elif texts and all(_is_number(t) for t in texts):
             problems.append(f"numbers on the {axis.axis_name} axis without a label saying what they are")
+    for axis in (ax.xaxis, ax.yaxis):
+        powers = [t.get_text() for t in _tick_labels(axis) if _SCIENTIFIC.search(t.get_text())]
+        if powers:
+            problems.append(f"tick labels in scientific form on the {axis.axis_name} axis ({powers[0]!r}): "
+                            "write plain numbers (a ScalarFormatter, or fewer minor labels)")
     return problems
 
 
@@ -383,8 +388,15 @@ def _overlap_depth(a, b) -> float:
 
 
 def _overlaps(texts):
-    return [f"texts overlap: {a.get_text()!r} and {b.get_text()!r}"
-            for (a, quad_a), (b, quad_b) in combinations(texts, 2) if _overlap_depth(quad_a, quad_b) > OVERLAP_PX]
+    if len(texts) < 2:
+        return []
+    quads = np.stack([quad for _, quad in texts])  # (n, 4, 2)
+    low, high = quads.min(axis=1), quads.max(axis=1)
+    # bounding boxes first, all pairs at once: only pairs whose boxes overlap can overlap
+    depth = np.minimum(high[:, None], high[None]) - np.maximum(low[:, None], low[None])  # (n, n, 2)
+    candidates = np.argwhere(np.triu((depth > OVERLAP_PX).all(axis=-1), k=1))
+    return [f"texts overlap: {texts[i][0].get_text()!r} and {texts[j][0].get_text()!r}"
+            for i, j in candidates if _overlap_depth(quads[i], quads[j]) > OVERLAP_PX]
 
 
 def _colour_problems(axes):

@@ -47,6 +47,13 @@ def test_an_axes_needs_a_title_or_labels_and_numbers_need_a_label():
     assert problems_of(fig) == ""
 
 
+def test_scientific_tick_labels_are_refused():
+    fig, ax = plt.subplots()
+    ax.semilogy([1, 2, 3], [3, 4, 6])  # minor labels: 3×10⁰, 4×10⁰, 6×10⁰
+    ax.set_xlabel("step"), ax.set_ylabel("loss")
+    assert "tick labels in scientific form on the y axis" in problems_of(fig)
+
+
 def test_overlapping_texts_are_found_from_their_extents():
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.imshow(np.random.default_rng(0).random((8, 8)), vmin=0, vmax=1)
