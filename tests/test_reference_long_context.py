@@ -137,6 +137,17 @@ def test_ring_cache_memory_is_constant_and_returns_the_window(window, num_sinks)
         t += n
 
 
+def test_ring_cache_decoding_step_copies_nothing():
+    """One new token: one slot written, then the held slots returned as views of the cache's buffer (no gather, no
+    cat): what keeps the ring's decoding at least as fast as a growing cache's (make bench measures it)."""
+    cache = sw.RingKVCache(1, 2, 4, 8, num_sinks=1)
+    cache.update(torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8))  # a prefill past the wrap-around
+    keys, values = cache.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))
+    assert keys.untyped_storage().data_ptr() == cache.keys.untyped_storage().data_ptr()
+    assert values.untyped_storage().data_ptr() == cache.values.untyped_storage().data_ptr()
+    assert sorted(cache.key_positions.tolist()) == [0, 4, 5, 6, 7]  # the sink and the window, nothing to hide
+
+
 def test_sink_logit_equals_sdpa_with_a_zero_value_key():
     """gpt-oss's sink = one extra key whose score is the sink logit and whose value is zero."""
     Sq, Sk = 5, 7
