@@ -127,7 +127,7 @@ PATTERNS = [(re.compile(p), r) for p, r in (
     (r"^layer (\d+), head (\d+)(?: \((previous-token head|induction head)\))?\n(.*)$",
      lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
-                + "\n" + m.group(4))),
+                + "\n" + re.sub(r"^prev (\S+), induction (\S+)$", r"前一词元分数 \1，归纳分数 \2", m.group(4)))),
     (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
     (r"^(zero|mean|resample) ablation$", lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)]),
     (r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",
