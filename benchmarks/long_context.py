@@ -2,7 +2,9 @@
 
 Both decode the same ``steps`` tokens one at a time, each new query attending to the last ``window`` keys (RoPE
 applied before caching). The ring (``course_utils.RingKVCache``) holds ``window`` slots from the first step to the
-last; the growing cache (``course_utils.GrowingKVCache``) keeps every token and slices its last ``window`` keys.
+last: a step writes one slot and attends over the slots in place, as Mistral's reference code does; the growing
+cache (``course_utils.GrowingKVCache``) keeps every token (one ``torch.cat`` per step) and slices its last ``window``
+keys. The ring's steps also build the window mask from positions; the growing cache's need none.
 Correctness first: the two must give the same outputs at every step (checked on a short run, and at the last step
 of the long one); the bytes held are checked against the formula ``2 * batch * kv_heads * tokens * head_dim *
 element_size``.

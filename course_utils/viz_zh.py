@@ -105,7 +105,7 @@ LABELS = {
     "accuracy on the second copy": "第二遍上的准确率",
     "phase change": "相变",
     "training step": "训练步数",
-    "key position (orange: first copy)": "键的位置（橙色：第一遍）",
+    "key position (between the orange lines: first copy)": "键的位置（两条橙线之间：第一遍）",
     "query position (below the line: second copy)": "查询的位置（线以下：第二遍）",
     "no ablation": "不消融",
     "accuracy, second copy": "准确率（第二遍）",
@@ -119,7 +119,9 @@ LABELS = {
     "no scaling": "不缩放",
     "linear (PI)": "线性（位置插值）",
     "Llama 3.1 rule": "Llama 3.1 的规则",
-    "all-ones query and key, trained on 4096 tokens": "全 1 的查询和键，训练长度 4096 个 token",
+    "all-ones query and key, short distances": "全 1 的查询和键，短距离",
+    "pair 46: first wavelength > L": "维度对 46：第一个波长 > L 的维度对",
+    "NTK-aware": "NTK-aware 缩放",
     # course_utils.viz
     "key": "键（key）",
     "key (bold: the largest weight of each row)": "键（key；粗体：每行最大的权重）",
@@ -160,7 +162,7 @@ PATTERNS = [(re.compile(p), r) for p, r in (
     (r"^layer (\d+), head (\d+)(?: \((previous-token head|induction head)\))?\n(.*)$",
      lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
-                + "\n" + m.group(4))),
+                + "\n" + re.sub(r"^prev (\S+), induction (\S+)$", r"前一词元分数 \1，归纳分数 \2", m.group(4)))),
     (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
     (r"^(zero|mean|resample) ablation$", lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)]),
     (r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",

@@ -113,18 +113,39 @@ def test_ring_cache_decode_equals_full_recompute(window, num_sinks, chunks):
 
 
 @pytest.mark.parametrize("window, num_sinks", [(4, 0), (3, 2)])
-def test_ring_cache_memory_is_constant_and_reads_oldest_first(window, num_sinks):
+def test_ring_cache_memory_is_constant_and_returns_the_window(window, num_sinks):
+    """A decoding step writes, then returns the held slots in slot order: exactly the sinks and the window. A chunk
+    reads the held keys oldest first, then appends its own."""
     cache = sw.RingKVCache(1, 1, window, 2, num_sinks=num_sinks, dtype=torch.float64)
     bytes_at_start = cache.nbytes
     assert bytes_at_start == 2 * (window + num_sinks) * 2 * 8
-    for t in range(4 * window + num_sinks + 1):
-        key = torch.full((1, 1, 1, 2), float(t), dtype=torch.float64)  # each key holds its own position
-        keys, values = cache.update(key, -key)
+    t = 0
+    for n in [1] * (4 * window + num_sinks) + [2, 1, 3, 1, 1]:
+        new = torch.arange(t, t + n, dtype=torch.float64).view(1, 1, n, 1).expand(1, 1, n, 2)  # key = position
+        keys, values = cache.update(new, -new)
+        last = t + n - 1
         assert cache.nbytes == bytes_at_start
         assert torch.equal(keys[0, 0, :, 0].long(), cache.key_positions)  # the right key at each position
-        expected = sorted(set(range(min(t + 1, num_sinks))) | set(range(max(num_sinks, t - window), t + 1)))
-        assert cache.key_positions.tolist() == expected  # sinks, then the ring, oldest first, then the new key
         assert torch.equal(values, -keys)
+        sinks = set(range(min(last + 1, num_sinks)))
+        if n == 1:  # the sinks and the window i - w + 1 .. i, nothing the mask must hide
+            window_keys = set(range(max(num_sinks, t - window + 1), t + 1))
+            assert sorted(cache.key_positions.tolist()) == sorted(sinks | window_keys)
+        else:  # sinks, then the held ring, oldest first, then the new keys
+            held = set(range(max(num_sinks, t - window), t))
+            assert cache.key_positions.tolist() == sorted(sinks | held | set(range(t, t + n)))
+        t += n
+
+
+def test_ring_cache_decoding_step_copies_nothing():
+    """One new token: one slot written, then the held slots returned as views of the cache's buffer (no gather, no
+    cat): what keeps the ring's decoding at least as fast as a growing cache's (make bench measures it)."""
+    cache = sw.RingKVCache(1, 2, 4, 8, num_sinks=1)
+    cache.update(torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8))  # a prefill past the wrap-around
+    keys, values = cache.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))
+    assert keys.untyped_storage().data_ptr() == cache.keys.untyped_storage().data_ptr()
+    assert values.untyped_storage().data_ptr() == cache.values.untyped_storage().data_ptr()
+    assert sorted(cache.key_positions.tolist()) == [0, 4, 5, 6, 7]  # the sink and the window, nothing to hide
 
 
 def test_sink_logit_equals_sdpa_with_a_zero_value_key():

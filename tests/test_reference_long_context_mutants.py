@@ -15,7 +15,8 @@ CATCHERS = {
     ],
     "slot_order": [
         (lc.test_ring_cache_decode_equals_full_recompute, lc.RING_CASES[1]),
-        (lc.test_ring_cache_memory_is_constant_and_reads_oldest_first, (4, 0)),
+        (lc.test_ring_cache_memory_is_constant_and_returns_the_window, (4, 0)),
+        (lc.test_ring_cache_decode_equals_full_recompute, lc.RING_CASES[4]),
     ],
     "rope_reset_at_wrap": [
         (lc.test_ring_cache_decode_equals_full_recompute, lc.RING_CASES[0]),
@@ -23,7 +24,7 @@ CATCHERS = {
     ],
     "sinks_evicted": [
         (lc.test_ring_cache_decode_equals_full_recompute, lc.RING_CASES[2]),
-        (lc.test_ring_cache_memory_is_constant_and_reads_oldest_first, (3, 2)),
+        (lc.test_ring_cache_memory_is_constant_and_returns_the_window, (3, 2)),
     ],
 }
 

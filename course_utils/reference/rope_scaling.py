@@ -1,17 +1,23 @@
 """RoPE scaling: run a model past the context length it was trained on by changing RoPE's frequencies.
 
 Each function returns ``(inv_freq, attention_factor)`` like Hugging Face's rope-init functions
-(``transformers.modeling_rope_utils``: ``_compute_linear_scaling_rope_parameters``, ``_compute_ntk_parameters``,
-``_compute_yarn_parameters``, ``_compute_llama3_parameters``), from which the formulas are transcribed:
-``inv_freq`` (head_dim // 2,) replaces ``rope_inv_freq``'s theta_i, and ``attention_factor`` multiplies the cos and
-sin tables (so it multiplies every q.k score by its square). ``factor`` = s = new context / trained context.
+(``transformers.modeling_rope_utils``: ``_compute_linear_scaling_rope_parameters``, ``_compute_yarn_parameters``,
+``_compute_llama3_parameters``), from which those formulas are transcribed: ``inv_freq`` (head_dim // 2,) replaces
+``rope_inv_freq``'s theta_i, and ``attention_factor`` multiplies the cos and sin tables (so it multiplies every q.k
+score by its square). ``factor`` = s = new context / trained context.
 
-* **linear position interpolation** (Chen et al. 2023): every theta_i / s, i.e. position m is read as m / s.
-* **NTK-aware** (bloc97, 2023): a larger base, ``base * s ** (d / (d - 2))``: the slowest pair is interpolated by
-  exactly s, the fastest pairs barely change.
-* **YaRN** (Peng et al. 2023): per frequency, interpolate the pairs that turn less than ``beta_slow`` times over the
-  trained context, keep those that turn more than ``beta_fast`` times, and ramp linearly in between (over the
-  pair index, as in the paper's reference code); plus an attention temperature ``0.1 ln(s) + 1``.
+* **linear position interpolation** (Chen et al. 2023; ``rope_type="linear"``): every theta_i / s, i.e. position m
+  is read as m / s.
+* **NTK-aware** (bloc97, 2023; written down in the YaRN paper, §3.1): a larger base,
+  ``base * s ** (d / (d - 2))``: the slowest pair is interpolated by exactly s, the fastest pairs barely change; the
+  pairs in between are divided by less than s and turn past their trained angles ("out of bound"). Hugging Face has
+  no static form of it: its ``rope_type="dynamic"`` (``_compute_dynamic_ntk_parameters``) recomputes the base from
+  the current sequence length.
+* **YaRN** (Peng et al. 2023; ``rope_type="yarn"``): per frequency, interpolate the pairs that turn less than
+  ``beta_slow`` times over the trained context, keep those that turn more than ``beta_fast`` times, and ramp linearly
+  in between (over the pair index, as in the paper's reference code); plus an attention temperature t, softmax(q.k /
+  (t sqrt(d))) with ``sqrt(1/t) = 0.1 ln(s) + 1``: the attention factor is sqrt(1/t) (gpt-oss calls it the
+  "concentration"), and every score is multiplied by 1/t.
 * **Llama 3.1** (``rope_type="llama3"``): the same idea with the ramp over wavelengths, no temperature.
 """
 from __future__ import annotations
@@ -37,7 +43,8 @@ def linear_scaling_inv_freq(head_dim: int, base: float = 10000.0, factor: float 
 
 def ntk_scaling_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0,
                          dtype=torch.float32) -> tuple[torch.Tensor, float]:
-    """NTK-aware scaling: the base becomes ``base * factor ** (head_dim / (head_dim - 2))`` (``rope_type="ntk"``)."""
+    """NTK-aware scaling: the base becomes ``base * factor ** (head_dim / (head_dim - 2))`` (static; Hugging Face's
+    ``"dynamic"`` type computes the same with ``factor`` replaced by ``factor * seq_len / L - (factor - 1)``)."""
     _check_factor(factor)
     if head_dim <= 2:
         raise ValueError(f"NTK-aware scaling needs head_dim > 2, got {head_dim}")
@@ -61,9 +68,10 @@ def yarn_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0, *,
 
     ``ramp_i`` goes from 0 at pair ``low`` to 1 at pair ``high`` (``yarn_correction_range``); pair i keeps
     ``theta_i`` where the ramp is 0 (fast pairs) and gets ``theta_i / factor`` where it is 1 (slow pairs).
-    ``attention_factor`` defaults to ``0.1 * ln(factor) + 1`` (the paper's sqrt(1/t)). Newer Hugging Face versions
-    also read DeepSeek's ``mscale``/``mscale_all_dim`` and a ``truncate=False`` option (no floor/ceil of the range);
-    neither is here: this is their default path.
+    ``attention_factor`` defaults to ``0.1 * ln(factor) + 1``: the paper's sqrt(1/t), where t is the temperature of
+    softmax(q.k / (t sqrt(d))) (t = 0.771 at factor 4), so every score is multiplied by ``attention_factor ** 2 = 1/t``.
+    Newer Hugging Face versions also read DeepSeek's ``mscale``/``mscale_all_dim`` and a ``truncate=False`` option
+    (no floor/ceil of the range); neither is here: this is their default path.
     """
     _check_factor(factor)
     theta = rope_inv_freq(head_dim, base, dtype=dtype)  # (d/2,)

@@ -5,12 +5,16 @@ sliding_window_overlay`` keeps key ``j`` for query ``i`` when ``j > i - sliding_
 query at position ``i`` sees the ``w`` keys ``i - w + 1, ..., i``, itself included. ``w = 1`` is "only itself";
 ``w >= T`` is plain causal attention. Masks here are True = hidden, like ``course_utils.causal_mask``.
 
-**Attention sinks** (注意力汇聚点) come in two kinds:
+**Attention sinks** (注意力汇聚点): trained heads park weight on the first tokens, the only ones every query sees in
+training; evicting them breaks the model. Two answers:
 
-* StreamingLLM (Xiao et al. 2023) keeps the first ``num_sinks`` tokens visible to every query, next to the window:
-  softmax dumps weight on them, and evicting them breaks the model.
-* gpt-oss learns one sink *logit* per head instead: it joins every row of scores as an extra column, takes its share
-  of the softmax and is dropped (``attend_with_sink_logit``), so a row may give little weight to every real key.
+* StreamingLLM (Xiao et al. 2023), at inference time, for a model trained without a window: keep the first
+  ``num_sinks`` tokens visible to every query, next to the window. (StreamingLLM itself gives RoPE the positions
+  within the cache, so it caches keys before RoPE and rotates them again at every step; ``RingKVCache`` keeps
+  absolute positions, as a model trained with a window expects, and rotates each key once.)
+* gpt-oss trains one sink *logit* per head with the model: it joins every row of scores as an extra column, takes
+  its share of the softmax and is dropped (``attend_with_sink_logit``), so a row may give little weight to every
+  real key.
 """
 from __future__ import annotations
 
@@ -37,12 +41,16 @@ def sliding_window_mask_at(query_positions, key_positions, *, window: int | None
     ``window=None``: causal only. Positions need not be sorted: a ring buffer returns its keys in any order.
     """
     _check_window(window, num_sinks)
-    q = torch.as_tensor(query_positions)[:, None]  # (Sq, 1)
-    k = torch.as_tensor(key_positions, device=q.device)[None, :]  # (1, Sk)
-    visible = k <= q
+    q = torch.as_tensor(query_positions)  # (Sq,)
+    k = torch.as_tensor(key_positions, device=q.device)  # (Sk,)
+    distance = q[:, None] - k  # (Sq, Sk): how many positions back each key is
+    hidden = distance < 0  # the future
     if window is not None:
-        visible &= (k > q - window) | (k < num_sinks)
-    return ~visible
+        outside = distance >= window
+        if num_sinks:
+            outside &= k >= num_sinks  # the sinks stay visible (causally)
+        hidden |= outside
+    return hidden
 
 
 def sliding_window_mask(num_queries: int, num_keys: int | None = None, *, window: int | None, num_sinks: int = 0,
@@ -79,17 +87,26 @@ def attend_with_sink_logit(queries, keys, values, sink_logits, mask=None):
 class RingKVCache(KVCache):
     """A sliding-window KV cache of constant memory: ``num_sinks`` first tokens plus a ring of ``window`` slots.
 
-    The token at position ``p >= num_sinks`` lives in ring slot ``(p - num_sinks) % window`` (Mistral's rolling
-    buffer, with ``num_sinks=0``); positions below ``num_sinks`` have slots of their own and are never evicted.
-    Apply RoPE *before* ``update``, at ``next_positions(n)``: the absolute positions, which keep counting after the
-    ring wraps around, so that a key's rotation says how old it is wherever its slot is.
+    One buffer of ``num_sinks + window`` slots (``keys``, ``values``; ``sink_keys`` and ``ring_keys`` are views of its
+    two parts). The token at position ``p`` goes to slot ``p`` if ``p < num_sinks`` (never evicted), else to slot
+    ``num_sinks + (p - num_sinks) % window`` (the Mistral 7B paper's rolling buffer, with ``num_sinks=0``). Apply RoPE
+    *before* ``update``, at ``next_positions(n)``: the absolute positions, which keep counting after the ring wraps
+    around, so that a key's rotation says how old it is wherever its slot is.
 
-    ``update(keys, values)`` of n new tokens returns the cached keys **oldest first** followed by the n new ones,
-    and sets ``key_positions`` to their positions; mask with
+    ``update(keys, values)`` of n new tokens returns the keys and values the new queries may need and sets
+    ``key_positions`` to their positions; mask with
     ``sliding_window_mask_at(new_positions, cache.key_positions, window=window, num_sinks=num_sinks)``.
-    A prefill longer than the window works the same way: all its keys are returned once, only the last ``window``
-    are kept. (Keeping ``window`` slots is one more than a decoding step needs, ``window - 1`` old keys plus the
-    new one; the mask hides that extra oldest key.)
+
+    * A decoding step (n = 1) writes first, then attends, as Mistral's reference code does: the new key overwrites
+      the one ``window`` positions older, and the held slots are returned as they are, in slot order (views: no
+      copy). They are exactly the sinks and the window, so the mask hides none of them, and a softmax over keys does
+      not care about their order: each key carries its position in its rotation, and ``key_positions`` names it.
+    * A chunk (n > 1: a prefill, or several tokens at once) reads first, then writes: its first queries need keys
+      that its last tokens will overwrite. The held keys are returned oldest first, then the n new ones; of a chunk
+      longer than the window only the last ``window`` tokens are kept.
+
+    vLLM keeps the same window differently: paged blocks at absolute positions, a whole block freed once all its
+    tokens have left the window (notebook 12).
     """
 
     def __init__(self, batch_size, num_kv_heads, window, head_dim, num_sinks=0, dtype=torch.float32, device=None):
@@ -97,10 +114,11 @@ class RingKVCache(KVCache):
         if window is None:
             raise ValueError("a ring buffer needs a window size; use PreallocatedKVCache for full attention")
         self.window, self.num_sinks = window, num_sinks
-        self.sink_keys = torch.zeros(batch_size, num_kv_heads, num_sinks, head_dim, dtype=dtype, device=device)
-        self.sink_values = torch.zeros_like(self.sink_keys)
-        self.ring_keys = torch.zeros(batch_size, num_kv_heads, window, head_dim, dtype=dtype, device=device)
-        self.ring_values = torch.zeros_like(self.ring_keys)
+        shape = (batch_size, num_kv_heads, num_sinks + window, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # slots 0 .. num_sinks - 1: the sinks
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.sink_keys, self.ring_keys = self.keys[:, :, :num_sinks], self.keys[:, :, num_sinks:]
+        self.sink_values, self.ring_values = self.values[:, :, :num_sinks], self.values[:, :, num_sinks:]
         self.seen = 0  # tokens ever written: the next token's absolute position
         self.key_positions = torch.zeros(0, dtype=torch.long, device=device)
 
@@ -112,7 +130,7 @@ class RingKVCache(KVCache):
 
     def next_positions(self, num_tokens: int) -> torch.Tensor:
         """(num_tokens,) absolute positions of the next tokens, for RoPE: they do not restart at the wrap."""
-        return torch.arange(self.seen, self.seen + num_tokens, device=self.ring_keys.device)
+        return torch.arange(self.seen, self.seen + num_tokens, device=self.keys.device)
 
     def _num_sinks_held(self) -> int:
         return min(self.seen, self.num_sinks)
@@ -122,11 +140,32 @@ class RingKVCache(KVCache):
         first = min(max(self.num_sinks, self.seen - self.window), self.seen)  # empty while only sinks are seen
         return first, self.seen
 
+    def _slot(self, position: int) -> int:
+        return position if position < self.num_sinks else self.num_sinks + (position - self.num_sinks) % self.window
+
     def cached_positions(self) -> torch.Tensor:
         """Positions held now, oldest first: the sinks, then the ring's last ``window`` positions."""
         first, end = self._ring_span()
-        device = self.ring_keys.device
+        device = self.keys.device
         return torch.cat([torch.arange(self._num_sinks_held(), device=device), torch.arange(first, end, device=device)])
+
+    def _held_in_slot_order(self):
+        """Views of the held keys and values, in slot order (no copy), and their positions.
+
+        The sinks' slots and the ring's used slots are contiguous; after the wrap-around ring slot j holds the
+        latest position p with (p - num_sinks) % window == j, i.e. the ring's positions oldest first, rolled by the
+        oldest token's slot."""
+        first, end = self._ring_span()
+        n_sinks, count = self._num_sinks_held(), end - first
+        start = (first - self.num_sinks) % self.window  # the oldest token's slot
+        device = self.keys.device
+        lo, hi = (self.num_sinks - n_sinks, self.num_sinks + count) if count else (0, n_sinks)  # held slots
+        positions = torch.arange(first, end, device=device)
+        if start:  # slots start .. window - 1 hold the oldest, slots 0 .. start - 1 the newest
+            positions = positions.roll(start)
+        if n_sinks:
+            positions = torch.cat([torch.arange(n_sinks, device=device), positions])
+        return self.keys.narrow(2, lo, hi - lo), self.values.narrow(2, lo, hi - lo), positions
 
     def _read(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Cached keys and values oldest first: the sinks, then the ring rotated to start at its oldest slot.
@@ -145,24 +184,33 @@ class RingKVCache(KVCache):
         return oldest_first(self.sink_keys, self.ring_keys), oldest_first(self.sink_values, self.ring_values)
 
     def _write(self, keys, values) -> None:
-        """Store n new tokens (positions seen .. seen + n - 1): sinks into their own slots, then only the last
-        ``window`` of the rest into the ring (older ones would be overwritten anyway), in at most two slices."""
+        """Store n new tokens (positions seen .. seen + n - 1) through their slot indices, in one ``index_copy_``
+        per tensor: the sinks into their own slots, and of the rest only the last ``window`` (older ones would be
+        overwritten in the same write)."""
         n = keys.shape[2]
         n_new_sinks = max(0, min(self.num_sinks, self.seen + n) - self.seen)
-        self.sink_keys[:, :, self.seen:self.seen + n_new_sinks] = keys[:, :, :n_new_sinks]
-        self.sink_values[:, :, self.seen:self.seen + n_new_sinks] = values[:, :, :n_new_sinks]
-        i0 = max(n_new_sinks, n - self.window)  # the first new token the ring keeps
-        slot = (self.seen + i0 - self.num_sinks) % self.window
-        head = min(n - i0, self.window - slot)  # up to the ring's end, the rest from slot 0
-        for ring, new in ((self.ring_keys, keys), (self.ring_values, values)):
-            ring[:, :, slot:slot + head] = new[:, :, i0:i0 + head]
-            ring[:, :, :n - i0 - head] = new[:, :, i0 + head:]
+        kept = list(range(n_new_sinks)) + list(range(max(n_new_sinks, n - self.window), n))  # indices into the new
+        if n == 1:  # a decoding step: one slot, no index tensor
+            slot = self._slot(self.seen)
+            self.keys.narrow(2, slot, 1).copy_(keys)
+            self.values.narrow(2, slot, 1).copy_(values)
+            return
+        device = self.keys.device
+        slots = torch.tensor([self._slot(self.seen + i) for i in kept], device=device)
+        taken = torch.tensor(kept, device=device)
+        self.keys.index_copy_(2, slots, keys.index_select(2, taken))
+        self.values.index_copy_(2, slots, values.index_select(2, taken))
 
     def update(self, keys, values):
-        b, h, _, d = self.ring_keys.shape
+        b, h, _, d = self.keys.shape
         self._check_new(keys, values, (b, h, d))
         n = keys.shape[2]
-        old_keys, old_values = self._read()
+        if n == 1:  # write, then read the held slots in place
+            self._write(keys, values)
+            self.seen += 1
+            held_keys, held_values, self.key_positions = self._held_in_slot_order()
+            return held_keys, held_values
+        old_keys, old_values = self._read()  # read, then write: the chunk's first queries need the oldest keys
         self.key_positions = torch.cat([self.cached_positions(), self.next_positions(n)])
         all_keys, all_values = torch.cat([old_keys, keys], dim=2), torch.cat([old_values, values], dim=2)
         self._write(keys, values)
@@ -173,10 +221,8 @@ class RingKVCache(KVCache):
         self.seen = 0
         self.key_positions = self.key_positions[:0]
 
-    @property
-    def nbytes(self):
-        return sum(t.numel() * t.element_size()
-                   for t in (self.sink_keys, self.sink_values, self.ring_keys, self.ring_values))
+    def _held(self):
+        return self.keys, self.values
 
 
 def layer_windows(num_layers: int, window: int, local_per_global: int) -> list[int | None]:
