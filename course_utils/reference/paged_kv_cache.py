@@ -170,9 +170,8 @@ class PagedKVCache:
         start = self.seq_lens[seq_id]
         self._make_writable(seq_id, start + num_new)
         slots = self.slots(seq_id, start, start + num_new)  # (num_new,)
-        # the pool as one row of slots: (num_blocks * block_size, num_kv_heads, head_dim)
-        self.key_pool.view(-1, *expected)[slots] = keys.transpose(0, 1).to(self.key_pool.dtype)
-        self.value_pool.view(-1, *expected)[slots] = values.transpose(0, 1).to(self.value_pool.dtype)
+        for pool, new in ((self.key_pool, keys), (self.value_pool, values)):  # one scatter into the row of slots
+            pool.view(-1, *expected).index_copy_(0, slots, new.transpose(0, 1).to(pool.dtype))
         self.seq_lens[seq_id] = start + num_new
 
     def append_tokens(self, seq_ids, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -211,8 +210,8 @@ class PagedKVCache:
         self._check_seq(seq_id)
         slots = self.slots(seq_id)
         flat = (-1, self.num_kv_heads, self.head_dim)
-        keys = self.key_pool.view(flat)[slots].transpose(0, 1)
-        values = self.value_pool.view(flat)[slots].transpose(0, 1)
+        keys, values = (pool.view(flat).index_select(0, slots).transpose(0, 1)
+                        for pool in (self.key_pool, self.value_pool))
         return keys, values
 
     def batch_tables(self, seq_ids) -> tuple[torch.Tensor, torch.Tensor]:
