@@ -79,6 +79,7 @@ LABELS = {
     "KV cache (MiB, log scale)": "KV 缓存（MiB，对数刻度）",
     "KV cache (MiB, log scale: each step right is 10x more)": "KV 缓存（MiB，对数刻度：向右每一格多 10 倍）",
     "KV cache per sequence, 4096 tokens, bfloat16": "每个序列的 KV 缓存：4096 个 token，bfloat16",
+    "DeepSeek-V3 as MHA": "DeepSeek-V3（若用 MHA）",
     # 11
     "loss on the second copy": "第二遍上的损失",
     "accuracy on the second copy": "第二遍上的准确率",
