@@ -370,9 +370,10 @@ def compute_ratios(report, cfg):
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
             "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
-            "serving": "paged_attention (gathers the blocks in PyTorch) vs a preallocated padded cache, tokens/s and "
-                       "unused bytes; split-K (all chunks in one batched call) vs the online softmax walking the "
-                       "key blocks one after another, one query per head, time ratio per key count",
+            "serving": "paged decoding (one scatter and one gather per step through the slot mapping) vs a "
+                       "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
+                       "call) vs the online softmax walking the key blocks one after another, one query per head, "
+                       "time ratio per key count",
         },
     }
 

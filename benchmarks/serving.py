@@ -50,10 +50,10 @@ def bench_paged_decode(cfg, device, log):
             cache.add_sequence(i)
             cache.append(i, k, v)
         outs = []
+        seq_ids = list(range(b))
         for new_k, new_v, query in new:
-            for i in range(b):
-                cache.append(i, new_k[i, :, None], new_v[i, :, None])
-            outs.append(paged_attention(query, cache, list(range(b))))
+            cache.append_tokens(seq_ids, new_k, new_v)  # one scatter through the step's slot mapping
+            outs.append(paged_attention(query, cache, seq_ids))  # one gather through the batch's
         return outs, cache
 
     def run_contiguous():

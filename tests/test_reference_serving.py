@@ -148,6 +148,47 @@ def test_pool_exhaustion_is_a_clear_error_and_changes_nothing():
         cache.append("b", *kv(1))
 
 
+def test_append_tokens_is_one_append_per_sequence():
+    """The batched decode write (one scatter through the step's slot mapping) leaves the books and the pool exactly
+    as one append per sequence does: across block boundaries, and with a shared block copied on write."""
+    batched, one_by_one = new_cache(num_blocks=16, block_size=3), new_cache(num_blocks=16, block_size=3)
+    for cache in (batched, one_by_one):
+        torch.manual_seed(0)
+        for name, n in (("a", 5), ("b", 3)):
+            cache.add_sequence(name)
+            cache.append(name, *kv(n))
+        cache.fork("a", "c")  # a's half-full block is shared: the first write into it copies
+    names = ["a", "b", "c"]
+    for _ in range(5):
+        k, v = (torch.randn(len(names), KV_HEADS, HEAD_DIM, dtype=torch.float64) for _ in range(2))
+        batched.append_tokens(names, k, v)
+        for row, name in enumerate(names):
+            one_by_one.append(name, k[row, :, None], v[row, :, None])
+    assert batched.block_tables == one_by_one.block_tables and batched.seq_lens == one_by_one.seq_lens
+    assert batched.ref_counts == one_by_one.ref_counts and list(batched.free_blocks) == list(one_by_one.free_blocks)
+    for name in names:
+        for got, want in zip(batched.gather(name), one_by_one.gather(name), strict=True):
+            torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_append_tokens_is_all_or_nothing_and_names_bad_input():
+    cache = new_cache(num_blocks=2, block_size=2)
+    for name in ("a", "b"):
+        cache.add_sequence(name)
+        cache.append(name, *kv(2))  # both blocks full: the next token of each needs a new block
+    before = ({s: list(t) for s, t in cache.block_tables.items()}, dict(cache.seq_lens), list(cache.free_blocks))
+    one_token = torch.zeros(2, KV_HEADS, HEAD_DIM, dtype=torch.float64)
+    with pytest.raises(OutOfBlocksError, match=r"need 2 more block.*0 of 2 are free"):
+        cache.append_tokens(["a", "b"], one_token, one_token)
+    assert (cache.block_tables, cache.seq_lens, list(cache.free_blocks)) == before
+    with pytest.raises(ValueError, match="twice"):
+        cache.append_tokens(["a", "a"], one_token, one_token)
+    with pytest.raises(ValueError, match="one new token per sequence"):
+        cache.append_tokens(["a"], one_token, one_token)
+    with pytest.raises(KeyError, match="add_sequence"):
+        cache.append_tokens(["a", "nobody"], one_token, one_token)
+
+
 def test_bad_input_is_named():
     cache = new_cache()
     with pytest.raises(KeyError, match="add_sequence"):

@@ -385,7 +385,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                       "the diagonal, hide key j from query i when j > i",
                                       "对角线上的分块没有加因果掩码：在跨过对角线的分块里，当 j > i 时要对查询 i 遮住键 j"),
     "mutant.lse_without_max": ("the log-sum-exp lacks the maximum: lse = m + log(l)",
-                               "对数和指数（LSE）少加了最大值：lse = m + log(l)"),
+                               "log-sum-exp（LSE）少加了最大值：lse = m + log(l)"),
     "mutant.no_scale_online": ("scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)",
                                "注意力分数没有缩放：要把 q @ k^T 乘以 1/sqrt(head_dim)"),
     "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix, or a (block, n_k) "

@@ -11,6 +11,11 @@ gives a sequence a new block only when its last one is full. Each sequence keeps
 of the pool seen as one long row of slots (vLLM calls the list of these slots the ``slot_mapping``). The blocks of a
 sequence may lie anywhere in the pool, in any order; at most ``block_size - 1`` slots per sequence stay unused.
 
+The data moves as real systems move it: the Python side only keeps the books (block tables, free list, reference
+counts); the keys go in with **one scatter** through the slot mapping for the whole batch (``append_tokens``, vLLM's
+``reshape_and_cache``) and come out with **one gather** (``index_select``) through the same mapping
+(``paged_attention``), never a loop over blocks.
+
 Sequences may **share** blocks: ``fork`` gives a new sequence the same block table as its parent (a shared
 prompt, parallel sampling) and counts one more reference to each block. A shared block is read-only: before a
 sequence writes into a block that another sequence also uses, it copies it (**copy-on-write**, 写时复制).
@@ -28,7 +33,6 @@ from collections import deque
 import torch
 
 from .attention import attend
-from .multihead import repeat_kv
 
 
 class OutOfBlocksError(RuntimeError):
@@ -111,12 +115,24 @@ class PagedKVCache:
         self.ref_counts[block] = 1
         return block
 
+    def _shared_blocks(self, seq_id, end: int) -> list[int]:
+        """Logical blocks of ``seq_id`` that a write of its positions seq_len .. end - 1 touches and that another
+        sequence also holds (they need a copy first)."""
+        table, start = self.block_tables[seq_id], self.seq_lens[seq_id]
+        first, last = start // self.block_size, (end - 1) // self.block_size  # logical blocks written
+        return [j for j in range(first, min(last + 1, len(table))) if self.ref_counts[table[j]] > 1]
+
+    def _blocks_needed(self, seq_id, end: int) -> int:
+        """Free blocks a write of positions seq_len .. end - 1 takes: new blocks past the table, plus copies."""
+        last = (end - 1) // self.block_size
+        return max(0, last + 1 - len(self.block_tables[seq_id])) + len(self._shared_blocks(seq_id, end))
+
     def _make_writable(self, seq_id, end: int) -> None:
         """Give ``seq_id`` private blocks for its positions seq_len .. end - 1: new blocks past its table, and a
         copy of a shared block it is about to write into (copy-on-write)."""
         table, start = self.block_tables[seq_id], self.seq_lens[seq_id]
-        first, last = start // self.block_size, (end - 1) // self.block_size  # logical blocks written
-        shared = [j for j in range(first, min(last + 1, len(table))) if self.ref_counts[table[j]] > 1]
+        last = (end - 1) // self.block_size  # last logical block written
+        shared = self._shared_blocks(seq_id, end)
         needed = (last + 1 - len(table)) + len(shared)
         if needed > len(self.free_blocks):
             raise OutOfBlocksError(
@@ -135,9 +151,9 @@ class PagedKVCache:
     def slots(self, seq_id, start: int = 0, end: int | None = None) -> torch.Tensor:
         """Pool slots of positions start .. end - 1 of ``seq_id``: block_table[pos // bs] * bs + pos % bs."""
         end = self.seq_lens[seq_id] if end is None else end
-        table = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.key_pool.device)
+        table = torch.tensor([self.block_tables[seq_id] or [0]], dtype=torch.long, device=self.key_pool.device)
         pos = torch.arange(start, end, device=self.key_pool.device)
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
+        return slot_mapping(table, pos[None], self.block_size)[0]
 
     # --- data ---------------------------------------------------------------------------------------------
 
@@ -154,18 +170,48 @@ class PagedKVCache:
         start = self.seq_lens[seq_id]
         self._make_writable(seq_id, start + num_new)
         slots = self.slots(seq_id, start, start + num_new)  # (num_new,)
-        # the pool as one row of slots: (num_blocks * block_size, num_kv_heads, head_dim)
-        self.key_pool.view(-1, *expected)[slots] = keys.transpose(0, 1).to(self.key_pool.dtype)
-        self.value_pool.view(-1, *expected)[slots] = values.transpose(0, 1).to(self.value_pool.dtype)
+        for pool, new in ((self.key_pool, keys), (self.value_pool, values)):  # one scatter into the row of slots
+            pool.view(-1, *expected).index_copy_(0, slots, new.transpose(0, 1).to(pool.dtype))
         self.seq_lens[seq_id] = start + num_new
+
+    def append_tokens(self, seq_ids, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """One decoding step's writes: the new token of each sequence in ``seq_ids``, keys and values
+        (B, num_kv_heads, head_dim), in one scatter through their slot mapping (vLLM's ``reshape_and_cache``).
+
+        Equal to ``append(seq_id, keys[b, :, None], values[b, :, None])`` for each b in turn, and like it all or
+        nothing: when the pool cannot take every write, OutOfBlocksError is raised before anything changes."""
+        seq_ids = list(seq_ids)
+        expected = (len(seq_ids), self.num_kv_heads, self.head_dim)
+        if keys.shape != expected or values.shape != expected:
+            raise ValueError(f"append_tokens needs keys and values of shape (batch={expected[0]}, num_kv_heads="
+                             f"{expected[1]}, head_dim={expected[2]}), one new token per sequence id, got "
+                             f"{tuple(keys.shape)} and {tuple(values.shape)}")
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"append_tokens writes one token per sequence: {seq_ids} names a sequence twice; "
+                             "use append() to write several tokens of one sequence")
+        for seq_id in seq_ids:
+            self._check_seq(seq_id)
+        needed = sum(self._blocks_needed(s, self.seq_lens[s] + 1) for s in seq_ids)
+        if needed > len(self.free_blocks):
+            raise OutOfBlocksError(
+                f"paged KV cache is full: this step's {len(seq_ids)} new tokens need {needed} more block(s) of "
+                f"{self.block_size} tokens, but only {len(self.free_blocks)} of {self.num_blocks} are free; "
+                "free() finished sequences or make a larger pool")
+        for seq_id in seq_ids:  # the books: a new block at a block boundary, a copy of a shared block
+            self._make_writable(seq_id, self.seq_lens[seq_id] + 1)
+            self.seq_lens[seq_id] += 1
+        tables, lens = self.batch_tables(seq_ids)
+        slots = slot_mapping(tables, lens[:, None] - 1, self.block_size)[:, 0]  # (B,) the step's slot mapping
+        for pool, new in ((self.key_pool, keys), (self.value_pool, values)):  # the pool as one row of slots
+            pool.view(-1, *expected[1:]).index_copy_(0, slots, new.to(pool.dtype))
 
     def gather(self, seq_id) -> tuple[torch.Tensor, torch.Tensor]:
         """All of ``seq_id``'s keys and values in position order, (num_kv_heads, seq_len, head_dim) each."""
         self._check_seq(seq_id)
         slots = self.slots(seq_id)
         flat = (-1, self.num_kv_heads, self.head_dim)
-        keys = self.key_pool.view(flat)[slots].transpose(0, 1)
-        values = self.value_pool.view(flat)[slots].transpose(0, 1)
+        keys, values = (pool.view(flat).index_select(0, slots).transpose(0, 1)
+                        for pool in (self.key_pool, self.value_pool))
         return keys, values
 
     def batch_tables(self, seq_ids) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,11 +219,10 @@ class PagedKVCache:
         for seq_id in seq_ids:
             self._check_seq(seq_id)
         max_blocks = max(1, max(len(self.block_tables[s]) for s in seq_ids))
-        tables = torch.zeros(len(seq_ids), max_blocks, dtype=torch.long)
-        for row, seq_id in enumerate(seq_ids):
-            tables[row, :len(self.block_tables[seq_id])] = torch.tensor(self.block_tables[seq_id], dtype=torch.long)
-        lens = torch.tensor([self.seq_lens[s] for s in seq_ids], dtype=torch.long)
-        return tables.to(self.key_pool.device), lens.to(self.key_pool.device)
+        rows = [self.block_tables[s] + [0] * (max_blocks - len(self.block_tables[s])) for s in seq_ids]
+        device = self.key_pool.device
+        return (torch.tensor(rows, dtype=torch.long, device=device),
+                torch.tensor([self.seq_lens[s] for s in seq_ids], dtype=torch.long, device=device))
 
     # --- memory -------------------------------------------------------------------------------------------
 
@@ -207,6 +252,14 @@ class PagedKVCache:
         return self.num_used_blocks * self.block_size - len(stored)
 
 
+def slot_mapping(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Pool slots of token positions: block_tables (B, max_blocks), positions (B, n) -> (B, n) slots,
+    ``block_tables[b, pos // block_size] * block_size + pos % block_size``. A position past the table (padding,
+    which the caller masks) reads a slot of the table's last column rather than failing."""
+    block = block_tables.gather(1, (positions // block_size).clamp(max=block_tables.shape[1] - 1))
+    return block * block_size + positions % block_size
+
+
 def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=None) -> torch.Tensor:
     """One decoding step for a batch of sequences of different lengths, read through their block tables.
 
@@ -216,8 +269,11 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     draft tokens in one pass. num_heads may be a multiple of the cache's num_kv_heads (GQA: query head h reads
     K/V head h // (num_heads // num_kv_heads)). Returns the query's shape.
 
-    A CUDA kernel reads each block in place; here the slots are gathered into a padded (B, kv_heads, max_len,
-    head_dim) tensor and the positions past each sequence's length are masked, which gives the same numbers.
+    A CUDA kernel reads each block in place. Here the batch's slot mapping (B, max_len) drives one gather
+    (``index_select``) per pool into a padded (B, num_heads, max_len, head_dim) tensor, GQA's repeat of the K/V heads
+    included, and the positions past each sequence's length are masked, which gives the same numbers. A contiguous
+    cache makes the same one copy when it repeats its K/V heads (``repeat_interleave``), so what paging adds to a
+    decoding step is the books and the index arithmetic (benchmarks/serving.py measures the two side by side).
     """
     if query.ndim not in (3, 4) or query.shape[0] != len(seq_ids) or query.shape[-1] != cache.head_dim:
         raise ValueError(f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
@@ -231,16 +287,17 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     if int(lens.min()) < num_queries:
         raise ValueError(f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
                          f"{lens.tolist()}; append the queries' own keys and values first")
-    max_len = int(lens.max())
+    batch, max_len, kv_heads = len(seq_ids), int(lens.max()), cache.num_kv_heads
     pos = torch.arange(max_len, device=query.device)  # (max_len,)
-    # padded positions read slot 0 of some block: harmless, they are masked below
-    block = tables.gather(1, (pos // cache.block_size).clamp(max=tables.shape[1] - 1).expand(len(seq_ids), -1))
-    slots = block * cache.block_size + pos % cache.block_size  # (B, max_len)
-    flat = (-1, cache.num_kv_heads, cache.head_dim)
-    keys = cache.key_pool.view(flat)[slots].permute(0, 2, 1, 3)  # (B, kv_heads, max_len, hd)
-    values = cache.value_pool.view(flat)[slots].permute(0, 2, 1, 3)
-    n_rep = num_heads // cache.num_kv_heads
-    keys, values = repeat_kv(keys, n_rep), repeat_kv(values, n_rep)  # (B, num_heads, max_len, hd)
+    # the batch's slot mapping; padded positions read some slot of the pool: harmless, they are masked below
+    slots = slot_mapping(tables, pos.expand(batch, -1), cache.block_size)  # (B, max_len)
+    # one gather straight into the layout attention reads: the pool as rows of head_dim, row slot * kv_heads + g
+    # holding K/V head g of that slot; query head h reads K/V head h // n_rep, so GQA's repeat is done by the index
+    # (as repeat_interleave does it) in the same single copy
+    kv_head = torch.arange(num_heads, device=query.device) // (num_heads // kv_heads)  # (num_heads,)
+    rows = (slots[:, None, :] * kv_heads + kv_head[None, :, None]).reshape(-1)  # (B * num_heads * max_len,)
+    keys, values = (pool.view(-1, cache.head_dim).index_select(0, rows).view(batch, num_heads, max_len, -1)
+                    for pool in (cache.key_pool, cache.value_pool))  # (B, num_heads, max_len, hd) each
     # query i of sequence b sits at position lens[b] - num_queries + i and sees keys up to it (True = hidden)
     q_pos = lens[:, None] - num_queries + torch.arange(num_queries, device=query.device)  # (B, num_queries)
     hide = (pos[None, None, :] > q_pos[:, :, None])[:, None]  # (B, 1, num_queries, max_len)

@@ -1,4 +1,4 @@
-"""FlashDecoding (split-K, 键维切分): one query against a long cache, the keys cut into chunks computed in parallel.
+"""FlashDecoding (split-K, 沿 KV 序列切分): one query against a long cache, the keys cut into chunks run in parallel.
 
 While decoding, each sequence has one new query per head. FlashAttention parallelises over (batch, heads, query
 blocks): with batch 1 and 32 heads that is 32 thread blocks on a GPU with 132 streaming multiprocessors, and each of
@@ -13,6 +13,11 @@ share of the whole row's sum that chunk holds, so the merge is exact, not an app
 largest ``lse_i`` keeps every ``exp`` at most 1, as the running maximum does inside a chunk.
 FlashAttention's ``flash_attn_with_kvcache`` (``num_splits``) writes float32 partial outputs and LSEs and combines
 them this way; vLLM's PagedAttention V2 does the same over partitions of 512 tokens.
+
+Splitting costs a write and a re-read of the partials and a second kernel, so it pays only when the GPU would
+otherwise have too few thread blocks. vLLM runs its unsplit kernel (V1) whenever the longest sequence is at most
+8192 tokens and either fits one 512-token partition or ``num_seqs * num_heads > 512`` already fills the GPU;
+FlashAttention's ``num_splits_heuristic`` keeps one split once batch x heads x query blocks reach 80% of the SMs.
 """
 from __future__ import annotations
 
