@@ -19,9 +19,9 @@ def new_seed() -> int:
 class Mutant:
     key: str
     message: str
-    variant: object             # the flags of one reference computation (specs.Variant, specs_beyond.*Variant)
+    variant: object             # the flags of one reference computation (heads.Variant, an exercise's own *Variant)
     outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
-    paired: bool = True         # also tried two at a time with the others (specs.mutant_pairs)
+    paired: bool = True         # also tried two at a time with the others (diagnose.mutant_pairs)
 
 
 @dataclass
