@@ -28,6 +28,7 @@ LAYERS = [
     [
         "course_utils.grade.messages",
         "course_utils.grade.child",
+        "course_utils.grade.spacing",
         "course_utils.grade.escape",
         "course_utils.grade.names",
     ],  # texts, escaping

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from .messages import Msg, add_texts
 from .types import Call, Case, Mutant
@@ -73,31 +75,39 @@ def case_titles(titles: dict[str, str]) -> dict[str, tuple[str, str]]:
 # small computations
 
 
-def linear(p: dict, name: str, x: torch.Tensor) -> torch.Tensor:
+def linear(p: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
     """nn.Linear ``name`` of the parameters ``p`` (name -> tensor) applied to ``x``; the bias is optional."""
     return F.linear(x, p[name + ".weight"], p.get(name + ".bias"))
 
 
-def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+def split_heads(t: Tensor, heads: int) -> Tensor:
     """(B, T, heads * hd) -> (B, heads, T, hd)."""
     b, n, width = t.shape
     return t.view(b, n, heads, width // heads).transpose(1, 2)
 
 
-def _rotate_half(x):
+def _rotate_half(x: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
 
 
-def _rotate_pairs(x):
-    pairs = x.unflatten(-1, (-1, 2))
+def _rotate_pairs(x: Tensor) -> Tensor:
+    pairs = x.reshape(*x.shape[:-1], -1, 2)  # (..., d/2, 2)
     return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
 
 
 _EXPONENTS = {"ok": (0, 2), "shifted": (2, 2), "odd": (1, 2), "no_two": (0, 1)}  # torch.arange(start, ..., step)
 
 
-def rope(x, positions, base, layout="half", freq_dim=None, direction=1, exponent="ok"):
+def rope(
+    x: Tensor,
+    positions: Tensor,
+    base: float,
+    layout: str = "half",
+    freq_dim: int | None = None,
+    direction: int = 1,
+    exponent: str = "ok",
+) -> Tensor:
     """Rotate x (..., T, d) at integer positions (T,); frequencies base^(-2i/freq_dim), freq_dim = d by default.
     ``layout``: which features pair up (half: i with i + d/2; interleaved: 2i with 2i + 1), or a mix of one layout's
     angle table with the other's pairs; ``exponent``: the correct 2i or a miscounted one (``_EXPONENTS``)."""
@@ -117,14 +127,14 @@ def rope(x, positions, base, layout="half", freq_dim=None, direction=1, exponent
     return x * cos + direction * turn(x) * sin
 
 
-def causal_hide(num_q: int, num_k: int, mask: str = "ok") -> torch.Tensor:
+def causal_hide(num_q: int, num_k: int, mask: str = "ok") -> Tensor:
     """(num_q, num_k) bool, True = hidden: the new queries are the last positions (``mask="top_left"``: the first,
     the mistake of a chunk after a cache)."""
     offset = 0 if mask == "top_left" else num_k - num_q
     return torch.triu(torch.ones(num_q, num_k, dtype=torch.bool), offset + 1)
 
 
-def attend(q, k, v, scale, hide, softmax_dim=-1):
+def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, hide: Tensor, softmax_dim: int = -1) -> Tensor:
     """softmax(q kᵀ / scale, hidden scores -inf) v over the keys (or, a mistake, another ``softmax_dim``)."""
     scores = (q @ k.transpose(-2, -1)) / scale
     return torch.softmax(scores.masked_fill(hide, float("-inf")), dim=softmax_dim) @ v
@@ -134,7 +144,7 @@ def attend(q, k, v, scale, hide, softmax_dim=-1):
 # parameters and the cases of a module with a KV cache
 
 
-def random_params(shapes: dict, g) -> dict:
+def random_params(shapes: dict[str, tuple[int, ...]], g: torch.Generator) -> dict[str, Tensor]:
     """Parameters drawn for a case: weights N(0, (1.5 / sqrt(fan_in))^2), biases N(0, 0.2^2), so that the
     scores are far from uniform and a wrong scale or mask changes the output a lot."""
     return {
@@ -143,28 +153,45 @@ def random_params(shapes: dict, g) -> dict:
     }
 
 
-def draw_seed(g) -> int:
+def draw_seed(g: torch.Generator) -> int:
     """A seed for one call's dropout, drawn from the case's generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=g))
 
 
-def projection_shapes(cfg) -> dict:
+def projection_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """name -> shape of W_query, W_key, W_value (d_in -> d_out, biases with qkv_bias) and out_proj (with its bias),
     as nn.Linear stores them ((out, in))."""
     d_in, d_out = cfg["d_in"], cfg["d_out"]
-    shapes = {"W_query.weight": (d_out, d_in), "W_key.weight": (d_out, d_in), "W_value.weight": (d_out, d_in)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "W_query.weight": (d_out, d_in),
+        "W_key.weight": (d_out, d_in),
+        "W_value.weight": (d_out, d_in),
+    }
     if cfg.get("qkv_bias"):
         shapes.update({"W_query.bias": (d_out,), "W_key.bias": (d_out,), "W_value.bias": (d_out,)})
     shapes.update({"out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)})
     return shapes
 
 
-def module_case(param_shapes, present, name, g, x_shape, steps, **ctor):
+ShapesOf = Callable[[dict[str, Any]], dict[str, tuple[int, ...]]]  # constructor arguments -> parameter shapes
+Forward = Callable[..., tuple[Tensor, Any]]  # (params, x, cfg, variant, past, use_cache, **kwargs) -> (out, present)
+
+
+def module_case(
+    param_shapes: ShapesOf,
+    present: tuple[str, str],
+    name: str,
+    g: torch.Generator,
+    x_shape: tuple[int, ...],
+    steps: list[tuple[Any, ...]],
+    **ctor: Any,
+) -> Case:
     """Calls over one sequence: (start, end, use_cache, pass_past[, absorb]) per step; ``present``: the names of
     the cache's two parts."""
     params = random_params(param_shapes(ctor), g)
     x = torch.randn(x_shape, generator=g)
-    calls, last = [], None
+    calls: list[Call] = []
+    last = None
     for i, step in enumerate(steps):
         start, end, use_cache, pass_past = step[:4]
         kwargs = {"absorb": step[4]} if len(step) > 4 else {}
@@ -179,8 +206,18 @@ def module_case(param_shapes, present, name, g, x_shape, steps, **ctor):
 
 
 def given_past_module_case(
-    forward, param_shapes, present, name, g, batch, n_past, steps, correct, absorbed_bound=False, **ctor
-):
+    forward: Forward,
+    param_shapes: ShapesOf,
+    present: tuple[str, str],
+    name: str,
+    g: torch.Generator,
+    batch: int,
+    n_past: int,
+    steps: list[tuple[int, bool | None]],
+    correct: Any,
+    absorbed_bound: bool = False,
+    **ctor: Any,
+) -> Case:
     """A past_key_value the module never produced, as a real one would be: the grader's reference run with use_cache
     on ``n_past`` tokens of another prompt, on the case's parameters, handed to the first call; ``steps``:
     (number of new tokens, absorb or None) per call, each later call getting the previous call's present.
@@ -189,7 +226,8 @@ def given_past_module_case(
     params = random_params(param_shapes(ctor), g)
     with torch.no_grad():
         _, given = forward(params, torch.randn(batch, n_past, ctor["d_in"], generator=g), ctor, correct, None, True)
-    calls, seen = [], n_past
+    calls: list[Call] = []
+    seen = n_past
     for i, (n_new, absorb) in enumerate(steps):
         seen += n_new
         kwargs = {} if absorb is None else {"absorb": absorb}
@@ -209,12 +247,13 @@ def given_past_module_case(
     return Case(name, ctor, params, calls, kind="cache", given_past=given, meta={"present_names": present})
 
 
-def module_expected(forward, case, v) -> dict:
+def module_expected(forward: Forward, case: Case, v: Any) -> dict[str, Tensor | None]:
     """{name: tensor or None} of a cached module (``forward(params, x, cfg, variant, past, use_cache, **kwargs)`` ->
     (out, present)) run the way the learner's is: step<i>.out and the two parts of its present. A variant with
     ``own_cache`` attends to what it cached itself, whatever past it is handed."""
     with torch.no_grad():
-        outs, presents = {}, {}
+        outs: dict[str, Tensor | None] = {}
+        presents: dict[int, Any] = {}
         names = case.meta["present_names"]
         own = None  # what a module that keeps its own cache holds
         for i, call in enumerate(case.calls):
@@ -252,7 +291,7 @@ M_ROPE_HALF_ON_PAIRS = Mistake("rope_layouts_mixed", text="rope_half_angles_on_p
 M_ROPE_PAIRS_ON_HALF = Mistake("rope_layouts_mixed", text="rope_pair_angles_on_half")
 
 
-def softmax_axis_mutants(ok):
+def softmax_axis_mutants(ok: Any) -> list[Mutant]:
     """The softmax over another axis of the (batch, heads, queries, keys) scores than the keys."""
     return [
         mutant(M_SOFTMAX_QUERIES, replace(ok, softmax_dim=-2), paired=False),

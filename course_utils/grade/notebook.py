@@ -4,6 +4,8 @@ without printing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .diagnose import NOT_IMPLEMENTED, total_checks, verdict
 from .exercises import get
 from .messages import Msg
@@ -14,9 +16,9 @@ from .types import Result, new_seed
 
 def grade_class(
     exercise: str | Exercise,
-    cls,
-    learner_files: set | None = None,
-    refusals: list | None = None,
+    cls: Any,
+    learner_files: set[str] | None = None,
+    refusals: list[Any] | None = None,
     seed: int | None = None,
 ) -> Result:
     """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
@@ -40,12 +42,12 @@ def grade_class(
     return verdict(ex, records, graded.cases, refusals, assumed=graded.assumed)
 
 
-def check(exercise: str, cls, *, quiet: bool = False, lang: str | None = None) -> Result:
+def check(exercise: str, cls: Any, *, quiet: bool = False, lang: str | None = None) -> Result:
     """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result.
     ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
     ex = get(exercise)
     if ex.kind == "model":  # the capstone: a function graded on trained models (cls is the function)
-        result = ex.model.grade_function(ex.id, cls, seed=new_seed())
+        result: Result = ex.model.grade_function(ex.id, cls, seed=new_seed())
     else:
         result = grade_class(ex, cls)
     if not quiet:
