@@ -29,8 +29,7 @@ from ..kit import case_titles
 from ..messages import Msg, case_title
 from ..records import CallRecorder, with_texts
 from ..registry import Exercise
-from ..sandbox.harness import describe_exception
-from ..sandbox.harness import plain_answer as _plain_answer
+from ..sandbox.harness import describe_exception, layer_head_answer
 from ..types import Result
 
 EXERCISES = ("induction_head",)
@@ -293,7 +292,7 @@ def run_function(exercise: str, fn, learner_files: set | None = None, seed: int 
         try:
             torch.manual_seed(0)
             with recorder, torch.no_grad():
-                record["answer"] = _plain_answer(fn(case.build()))
+                record["answer"] = layer_head_answer(fn(case.build()))
         except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
             error = describe_exception(exc, learner_files, "call")
             record["error"] = with_texts(error, error)
