@@ -34,7 +34,7 @@ help:
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
 	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
-	@echo "make lint         ruff on the Python packages and tests (configured in pyproject.toml)"
+	@echo "make lint         ruff (checks, format) and mypy on the Python packages and tests (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
@@ -93,6 +93,8 @@ lab-zh: $(COURSE_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check course_utils authoring benchmarks tests
+	$(VENV)/bin/ruff format --check course_utils authoring benchmarks tests
+	$(VENV)/bin/mypy
 
 test: $(STAMP) lint
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription

@@ -24,14 +24,20 @@ LAYERS = [
     ],  # the toolbox
     ["course_utils.reference"],  # the answers
     ["course_utils.capstone"],  # the course's GPT
+    ["course_utils.grade.__init__"],  # the grader's face: lazy re-exports, it imports nothing when loaded
     ["course_utils.grade.sandbox"],  # what the sandbox mounts
-    ["course_utils.grade.messages", "course_utils.grade.escape", "course_utils.grade.names"],  # texts, escaping
+    [
+        "course_utils.grade.messages",
+        "course_utils.grade.child",
+        "course_utils.grade.spacing",
+        "course_utils.grade.escape",
+        "course_utils.grade.names",
+    ],  # texts, escaping
     ["course_utils.grade.types", "course_utils.grade.records"],  # shared types
     [
         "course_utils.grade.registry",
-        "course_utils.grade.specs",
-        "course_utils.grade.specs_beyond",
-        "course_utils.grade.specs_capstone",
+        "course_utils.grade.kit",
+        "course_utils.grade.heads",
         "course_utils.grade.jail",
         "course_utils.grade.limits",
     ],  # computations, process control
@@ -47,15 +53,15 @@ LAYERS = [
     [
         "course_utils.grade.batch",
         "course_utils.grade.progress",
-        "course_utils.grade.__init__",
+        "course_utils.grade.notebook",
         "course_utils.grade.__main__",
     ],  # entry points
     ["course_utils.__init__"],  # the re-exports
 ]
-# the harness runs in the sandbox, where course_utils is the learner site's: its check() that only records, and
-# the capstone's GPT where that exercise is graded alone (both imported inside the functions that need them)
+# the harness runs in the sandbox, where course_utils is the learner site's: the capstone's GPT where that exercise
+# is graded alone (imported inside the function that needs it). Its import of the learner site's check() (that
+# only records) reaches course_utils.grade's face, which sits below the sandbox: no exception needed.
 EXCEPTIONS = {
-    ("course_utils.grade.sandbox.harness", "course_utils.grade.__init__"),
     ("course_utils.grade.sandbox.harness", "course_utils.gpt"),
 }
 
@@ -96,8 +102,17 @@ def imports(name: str, path: Path, known: set) -> set:
                     break
             else:
                 found.add(base)  # not a file here (course_utils.gpt, an alias): kept for the exceptions
+            found |= packages_run(base, known)
     found.discard(name)
     return found
+
+
+def packages_run(module: str, known: set) -> set:
+    """The package ``__init__``s Python runs before ``module`` (``from . import x`` runs the package's first),
+    but the root's: every module of course_utils runs it, and its own imports are checked like any module's."""
+    parts = module.split(".")
+    inits = {".".join(parts[:i]) + ".__init__" for i in range(2, len(parts) + 1)}
+    return inits & known
 
 
 def layer(name: str) -> int:
@@ -154,4 +169,6 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
     g = graph()
     assert "course_utils.grade.exercises.__init__" in g["course_utils.grade.protocol"]
     assert "course_utils.reference.multihead" in g["course_utils.capstone.gpt"]
-    assert layer("course_utils.grade.exercises.mha") > layer("course_utils.grade.specs")
+    assert layer("course_utils.grade.exercises.mha") > layer("course_utils.grade.kit")
+    # ``from .. import kit`` in an exercise runs the grader's package first, as Python does
+    assert "course_utils.grade.__init__" in g["course_utils.grade.exercises.mha"]

@@ -6,9 +6,12 @@ import pytest
 import torch
 
 import course_utils as cu
-from course_utils.grade import check, grade_class, specs_beyond
+from course_utils.grade import check, grade_class
 from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import EXERCISES, get
+from course_utils.grade.exercises.mla import MlaVariant
+from course_utils.grade.exercises.online_softmax import OnlineVariant
+from course_utils.grade.exercises.rope import RopeVariant
 from course_utils.grade.protocol import Graded, run_in_process
 from tests.conftest import grade, load
 from tests.grader_cases.beyond import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FUNCTION
@@ -19,8 +22,7 @@ BEYOND = ("rope", "online_softmax", "mla")
 
 def test_registered():
     assert set(BEYOND) <= set(EXERCISES) and get("online_softmax").kind == "function"
-    correct = {"rope": specs_beyond.RopeVariant(), "online_softmax": specs_beyond.OnlineVariant(),
-               "mla": specs_beyond.MlaVariant()}
+    correct = {"rope": RopeVariant(), "online_softmax": OnlineVariant(), "mla": MlaVariant()}
     for ex in BEYOND:
         assert get(ex).make_cases() and get(ex).correct == correct[ex]
 

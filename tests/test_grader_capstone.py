@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from course_utils.capstone import induction as ind
-from course_utils.grade import check, source, specs_capstone
+from course_utils.grade import check, source
+from course_utils.grade.exercises import induction_head as capstone
 from tests.grader_cases.capstone import ALTERNATIVES, DELEGATES, MUTANTS, REFERENCE, STUB
 from tests.grader_cases.implementations import mutate
 
@@ -26,12 +27,12 @@ def load(src):
 
 
 def grade(src, **kw):
-    return specs_capstone.grade_function(EX, load(src), learner_files={"<learner>"}, **kw)
+    return capstone.grade_function(EX, load(src), learner_files={"<learner>"}, **kw)
 
 
-@pytest.mark.parametrize("seed", [specs_capstone.DEFAULT_SEED, 12345])
+@pytest.mark.parametrize("seed", [capstone.DEFAULT_SEED, 12345])
 def test_cases_move_the_heads_and_keep_the_model(seed):
-    cases = specs_capstone.make_cases(EX, seed)
+    cases = capstone.make_cases(EX, seed)
     batch = ind.make_batch(256, generator=torch.Generator().manual_seed(8))
     reference = ind.load_model("mha")
     logits = reference(batch.tokens)
@@ -48,13 +49,13 @@ def test_cases_move_the_heads_and_keep_the_model(seed):
 
 
 def test_other_seeds_give_other_cases():
-    answers = [[c.induction for c in specs_capstone.make_cases(EX, seed)] for seed in (0, 1, 2)]
+    answers = [[c.induction for c in capstone.make_cases(EX, seed)] for seed in (0, 1, 2)]
     assert len({tuple(a) for a in answers}) == 3
 
 
 def test_reference_passes(capsys):
     result = check(EX, load(REFERENCE))
-    assert result and result.score == 1.0 and result.checks_total == len(specs_capstone.make_cases(EX))
+    assert result and result.score == 1.0 and result.checks_total == len(capstone.make_cases(EX))
     assert f"✅ {EX}: all {result.checks_total} checks passed" in capsys.readouterr().out
 
 
@@ -78,17 +79,17 @@ def test_stub_and_missing_function_are_not_implemented():
 def test_mistake_gets_its_diagnosis(key, edits):
     result = grade(mutate(REFERENCE, edits))
     assert not result and result.diagnosis == key, result.report()
-    messages = [m.message for m in specs_capstone.MUTANTS if m.key == key]
+    messages = [m.message for m in capstone.MUTANTS if m.key == key]
     assert not messages or messages[0] in result.report()
     if key == "exception":
         assert "ValueError: too many values to unpack" in result.report() and "your line" in result.report()
 
 
 def test_every_mutant_differs_from_the_answer_somewhere():
-    cases = specs_capstone.make_cases(EX)
-    for mutant in specs_capstone.MUTANTS:
+    cases = capstone.make_cases(EX)
+    for mutant in capstone.MUTANTS:
         assert not all(mutant.matches(c, c.induction) for c in cases), mutant.key
-    assert len(specs_capstone.MUTANTS) >= 2
+    assert len(capstone.MUTANTS) >= 2
 
 
 def test_delegating_to_the_course_scores_gets_no_credit():

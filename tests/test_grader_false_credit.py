@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.grade import specs_capstone
 from course_utils.grade.exercises import get
+from course_utils.grade.exercises import induction_head as capstone
+from course_utils.grade.exercises.mla import mla_forward
+from course_utils.grade.exercises.rope import rope_forward
 from course_utils.grade.messages import Msg
 from course_utils.grade.protocol import plan_case
 from course_utils.grade.runner import grade_file
 from course_utils.grade.sandbox.harness import PeakMemory, run_function_case
-from course_utils.grade.specs_beyond import mla_forward, rope_forward
 from tests.conftest import grade, load
 from tests.grader_cases import false_credit as fc
 from tests.grader_cases.capstone import ALTERNATIVES as CAPSTONE_ALTERNATIVES
@@ -143,7 +144,7 @@ def load_fn(src):
 def test_the_proxies_point_to_the_wrong_head(seed):
     """After the first case, no weight norm and not the checkpoint's record points to the induction head, while
     the model computes what it did (test_grader_capstone checks the function and the course's scores)."""
-    cases = specs_capstone.make_cases(CAPSTONE, seed)
+    cases = capstone.make_cases(CAPSTONE, seed)
     assert cases[0].induction in cases[0].meta["norm_heads"]  # the trained checkpoint, untouched
     for case in cases[1:]:
         assert case.induction not in case.meta["norm_heads"], case.name
@@ -154,7 +155,7 @@ def test_the_proxies_point_to_the_wrong_head(seed):
 def test_a_proxy_for_the_induction_head_gets_no_credit(name):
     src, key = fc.INDUCTION_DODGES[name]
     for seed in (0, 3):
-        result = specs_capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
+        result = capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
         assert not result and result.checks_passed <= 1, result.report()  # at most the untouched checkpoint
         if key is not None:
             _named(result, key, CAPSTONE)
@@ -164,7 +165,7 @@ def test_a_proxy_for_the_induction_head_gets_no_credit(name):
 def test_scoring_what_the_heads_do_still_passes(name):
     src = CAPSTONE_REFERENCE if name == "reference" else CAPSTONE_ALTERNATIVES[name]
     for seed in (0, 3):
-        result = specs_capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
+        result = capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
         assert result, result.report()
 
 

@@ -13,11 +13,13 @@ import pytest
 
 import course_utils as cu
 from course_utils.grade import __main__ as cli
-from course_utils.grade import batch, check, check_answers, grade_class, jail, messages, runner, specs, specs_capstone
+from course_utils.grade import batch, check, check_answers, diagnose, grade_class, jail, messages, runner
+from course_utils.grade.child import from_child
 from course_utils.grade.diagnose import verdict
-from course_utils.grade.exercises import EXERCISES, get
-from course_utils.grade.messages import CATALOGUE, JOINS, Msg, from_child
+from course_utils.grade.exercises import EXERCISES, get, induction_head
+from course_utils.grade.messages import CATALOGUE, JOINS, Msg
 from course_utils.grade.sandbox import texts
+from course_utils.grade.types import Mutant
 from tests.grader_cases import capstone, dialects
 from tests.grader_cases.implementations import ALTERNATIVES, REFERENCE, STUB_FORWARD, mutate
 
@@ -68,18 +70,16 @@ def test_every_text_has_chinese():
 
 
 def every_mutant():
-    found = [m for ex in GRADED_ON_CASES for m in get(ex).mutants() + specs.mutant_pairs(get(ex).mutants(), get(ex).correct)]
-    found += [specs.Mutant(*pair, None) for pair in (specs.DROPOUT_EVAL, specs.DROPOUT_IGNORED, specs.DROPOUT_ON_SCORES,
-                                                     specs.DROPOUT_ON_OUTPUT, specs.DROPOUT_WRONG,
-                                                     specs.M_LEAVES_AUTOGRAD)]
-    return found + list(specs_capstone.MUTANTS)
+    found = [m for ex in GRADED_ON_CASES for m in get(ex).mutants() + diagnose.mutant_pairs(get(ex).mutants(), get(ex).correct)]
+    found += [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
+    return found + list(induction_head.MUTANTS)
 
 
 def test_every_mistake_has_chinese():
     missing = sorted({f"{m.key}: {m.message}" for m in every_mutant()
                       if not isinstance(m.message, Msg) or not CJK.search(m.message.render("zh"))})
     assert not missing, "mistakes without Chinese:\n" + "\n".join(missing)
-    pair = next(m for m in specs.mutant_pairs(get("mha").mutants(), get("mha").correct) if m.key == "scale_d_out+no_out_proj")
+    pair = next(m for m in diagnose.mutant_pairs(get("mha").mutants(), get("mha").correct) if m.key == "scale_d_out+no_out_proj")
     assert pair.message.render("zh") == ("两处错误：注意力分数除以了 √d_out（d_model），应当除以 √head_dim（head_dim = "
                                          "d_out // num_heads）；另外，缺少输出投影：合并多头之后还要经过 self.out_proj")
 
@@ -87,7 +87,7 @@ def test_every_mistake_has_chinese():
 def test_every_case_has_a_chinese_title():
     names = {c.name for ex in GRADED_ON_CASES for c in get(ex).make_cases(seed=0)}
     names |= {c.name for c in get("mha_interview").make_square_cases(seed=0)}
-    names |= {c.name for c in specs_capstone.make_cases("induction_head")}
+    names |= {c.name for c in induction_head.make_cases("induction_head")}
     missing = sorted(name for name in names if not isinstance(messages.case_title(name), Msg))
     assert not missing, f"cases without a Chinese title: {missing}"
 
@@ -127,7 +127,7 @@ def as_learner(exercise, cases, variant) -> list:
     be (fast: no learner code; the learner-style mutants are graded in test_grader_catalogue and _beyond)."""
     records = []
     for case in cases:
-        outputs = specs.cached_outputs(get(exercise).expected, case, variant)
+        outputs = diagnose.cached_outputs(get(exercise).expected, case, variant)
         if isinstance(outputs, Exception):
             error = {"type": type(outputs).__name__, "message": str(outputs), "line": None, "where": outputs.where,
                      "step": outputs.step, "not_implemented": False, "contract": False}
@@ -143,7 +143,7 @@ def test_mutant_reports_in_chinese(exercise):
     """Every mistake of the catalogue (and a few pairs), graded: its report in Chinese has no English line, and
     the English report is the one the grader always gave (English, and the same as the default)."""
     cases = get(exercise).make_cases(seed=3)
-    mistakes = get(exercise).mutants() + specs.mutant_pairs(get(exercise).mutants(), get(exercise).correct)[::40]
+    mistakes = get(exercise).mutants() + diagnose.mutant_pairs(get(exercise).mutants(), get(exercise).correct)[::40]
     for mutant in mistakes:
         result = verdict(exercise, as_learner(exercise, cases, mutant.variant), cases)
         assert not result, mutant.key

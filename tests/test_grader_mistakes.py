@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.grade import check_answers, grade_class, jail, runner, specs
+from course_utils.grade import check_answers, diagnose, grade_class, jail, runner
 from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import get
 from course_utils.grade.messages import Msg
@@ -218,7 +218,7 @@ def test_the_new_mistakes_are_named_alone_not_in_pairs():
     for exercise in sorted({ex for _, ex, _, _, _ in CASES}):
         new = [m for m in get(exercise).mutants() if m.message.key in NEW_TEXTS]
         assert new and not any(m.paired for m in new), exercise
-    assert len(specs.mutant_pairs(get("mla").mutants(), get("mla").correct)) < 60
+    assert len(diagnose.mutant_pairs(get("mla").mutants(), get("mla").correct)) < 60
 
 
 def _catalogue_reports():

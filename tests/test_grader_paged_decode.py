@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import course_utils as cu
-from course_utils.grade import check, grade_class, runner, specs
+from course_utils.grade import check, grade_class, runner
 from course_utils.grade.exercises import get
 from course_utils.grade.exercises.paged_decode import PagedVariant
+from course_utils.grade.types import Call, Case
 from tests.grader_cases import serving
 from tests.grader_cases.implementations import mutate
 from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STUB
@@ -153,7 +154,7 @@ def test_grader_reference_equals_the_paged_cache():
         tables[row, :len(cache.block_tables[s])] = torch.tensor(cache.block_tables[s])
     lens = torch.tensor([cache.seq_lens[s] for s in seqs])
     query, k_new, v_new = (torch.randn(3, H, d) for _ in range(3))
-    case = specs.Case("fork", {}, {}, [specs.Call(query, args=(query, k_new, v_new, cache.key_pool.clone(),
+    case = Case("fork", {}, {}, [Call(query, args=(query, k_new, v_new, cache.key_pool.clone(),
                                                                 cache.value_pool.clone(), tables, lens, 3))])
     expected = get(EX).expected(case, get(EX).correct)
     for row, s in enumerate(seqs):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grade import specs
+from course_utils.grade import diagnose
 from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import EXERCISES, IDS, get
 from course_utils.grade.registry import KINDS
@@ -62,7 +62,7 @@ def test_mutants_are_distinguishable(exercise):
     cases = ex.make_cases(seed=1)
 
     def outs(v):
-        return [specs.cached_outputs(ex.expected, c, v) for c in cases]
+        return [diagnose.cached_outputs(ex.expected, c, v) for c in cases]
 
     ref = outs(ex.correct)
     assert not any(isinstance(r, Exception) for r in ref)

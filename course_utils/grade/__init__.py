@@ -8,45 +8,35 @@ misconception whose outputs the learner's reproduce.
 
 The verdict speaks English or Chinese (``lang="zh"``, ``--lang zh``; by default the course's current language,
 which is Chinese in the notebooks of the ``zh-CN`` folders: see ``course_utils.lang``); the texts are in
-``messages``.
+``messages`` and in each exercise's module.
+
+This file only re-exports, lazily: importing one module of the package (``course_utils.grade.limits``) does not
+load the others.
 """
+
 from __future__ import annotations
 
-from .diagnose import total_checks, verdict
-from .exercises import EXERCISES, get
-from .messages import Msg
-from .protocol import Graded, class_delegation, run_in_process
-from .questions import answer, check_answers
-from .specs import NOT_IMPLEMENTED
-from .types import Result, new_seed
+import importlib
 
+# public name -> the module that defines it
+_HOMES = {
+    "check": "notebook",
+    "grade_class": "notebook",
+    "answer": "questions",
+    "check_answers": "questions",
+    "EXERCISES": "exercises",
+    "Result": "types",
+}
 __all__ = ["EXERCISES", "Result", "answer", "check", "check_answers", "grade_class"]
 
 
-def grade_class(exercise: str, cls, learner_files: set | None = None, refusals: list | None = None,
-                seed: int | None = None) -> Result:
-    """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
-    ex = get(exercise)
-    graded = Graded(exercise, seed)
-    if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        return Result(exercise, False, 0.0, 0, total_checks(graded.cases), NOT_IMPLEMENTED,
-                      [Msg("not_implemented.define_" + ex.kind, name=ex.contract)])
-    refusals = list(refusals or [])
-    reason = class_delegation(cls, exercise)
-    if reason and ("course_utils" in reason or ex.interview):
-        refusals.append(reason)
-    records = [] if refusals else run_in_process(cls, graded, learner_files)
-    return verdict(exercise, records, graded.cases, refusals, assumed=graded.assumed)
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
 
 
-def check(exercise: str, cls, *, quiet: bool = False, lang: str | None = None) -> Result:
-    """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result.
-    ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
-    ex = get(exercise)
-    if ex.kind == "model":  # the capstone: a function graded on trained models (cls is the function)
-        result = ex.model.grade_function(exercise, cls, seed=new_seed())
-    else:
-        result = grade_class(exercise, cls)
-    if not quiet:
-        print(result.report(lang))
-    return result
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

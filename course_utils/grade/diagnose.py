@@ -2,15 +2,63 @@
 against the catalogue of mutants run on the same parameters and inputs (and, failing that, pairs of them)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from . import specs
 from .exercises import get
+from .kit import Mistake
 from .messages import Msg, case_title
 from .registry import Exercise
-from .types import Case, Result
+from .types import Case, Mutant, Result
 
 RTOL, ATOL = 1e-4, 1e-5
+NOT_IMPLEMENTED = "not_implemented"
+
+# the mistakes the verdict names whatever the exercise (texts: messages' mutant.<key>)
+DROPOUT_IGNORED = Mistake("dropout_ignored")
+DROPOUT_ON_SCORES = Mistake("dropout_on_scores")
+DROPOUT_ON_OUTPUT = Mistake("dropout_on_output")
+DROPOUT_WRONG = Mistake("dropout_wrong")
+DROPOUT_EVAL = Mistake("dropout_in_eval")
+M_LEAVES_AUTOGRAD = Mistake("grad_leaves_autograd")
+VERDICT_MISTAKES = (DROPOUT_EVAL, DROPOUT_IGNORED, DROPOUT_ON_SCORES, DROPOUT_ON_OUTPUT, DROPOUT_WRONG,
+                    M_LEAVES_AUTOGRAD)
+
+
+def cached_outputs(expected, case: Case, v):
+    """``expected(case, v)`` (an exercise's expected outputs), memoized on the case; an exception is returned
+    (not raised) for crashing variants."""
+    memo = case.meta.setdefault("expected", {})
+    if v not in memo:
+        case.meta["step"] = 1
+        try:
+            memo[v] = expected(case, v)
+        except Exception as exc:  # noqa: BLE001 - the mistake makes the reference crash too
+            exc.step = case.meta["step"]
+            exc.where = getattr(exc, "where", "forward")
+            memo[v] = exc
+    return memo[v]
+
+
+def mutant_pairs(singles: list, base) -> list[Mutant]:
+    """Two known mistakes at once, named together: the combinations of the ``singles`` (an exercise's mutants)
+    that change different flags of its correct variant ``base``."""
+    seen, pairs = set(), []
+    for i, a in enumerate(singles):
+        for b in singles[i + 1:]:
+            if a.key == b.key or a.outputs_only or b.outputs_only or not (a.paired and b.paired):
+                continue
+            fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
+            fb = {f for f in base.__dataclass_fields__ if getattr(b.variant, f) != getattr(base, f)}
+            if not fa or not fb or fa & fb:
+                continue
+            combined = replace(a.variant, **{f: getattr(b.variant, f) for f in fb})
+            if combined in seen:
+                continue
+            seen.add(combined)
+            pairs.append(Mutant(f"{a.key}+{b.key}", Msg("two_mistakes", first=a.message, second=b.message), combined))
+    return pairs
 
 
 def _close(a, b, lenient_nan=False, tol=(RTOL, ATOL)) -> bool:
@@ -108,7 +156,7 @@ def _error_matches(err, exp) -> bool:
 
 def _matches(ex: Exercise, cases, records, mutant) -> bool:
     for case, rec in zip(cases, records, strict=False):
-        exp = specs.cached_outputs(ex.expected, case, mutant.variant)
+        exp = cached_outputs(ex.expected, case, mutant.variant)
         if isinstance(exp, Exception):  # a mutant that crashes matches a learner that crashes there
             if not _error_matches(rec["error"], exp):
                 return False
@@ -147,7 +195,7 @@ def dropout_problem(case: Case, outputs: dict):
         return None  # the output check reports this
     p = float(case.ctor["dropout"])
     if torch.allclose(tr, ev, rtol=RTOL, atol=ATOL):
-        return specs.DROPOUT_IGNORED
+        return DROPOUT_IGNORED.key, DROPOUT_IGNORED.message
 
     def dropped_weights(e, t):
         kept_value = (t - e / (1 - p)).abs() <= 1e-4 + 1e-3 * e.abs()
@@ -164,20 +212,20 @@ def dropout_problem(case: Case, outputs: dict):
     if dropped_weights(ctx_e, ctx_t):
         return None
     if w is not None and dropped_weights(ev.double(), tr.double()):
-        return specs.DROPOUT_ON_OUTPUT
+        return DROPOUT_ON_OUTPUT.key, DROPOUT_ON_OUTPUT.message
     # softmax after dropout on the scores: the weights of each query still sum to 1
     tokens = case.meta["tokens"]
     head_width = ctx_t.shape[-1] // (case.ctor.get("num_heads", 1))
     rows = ctx_t.unflatten(-1, (-1, head_width))[..., :tokens].sum(-1)
     if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
-        return specs.DROPOUT_ON_SCORES
+        return DROPOUT_ON_SCORES.key, DROPOUT_ON_SCORES.message
     nonzero = ctx_t.abs() > 1e-6
     if nonzero.any():
         ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
         if 1 < ratio < float("inf") and abs(ratio - 1 / (1 - p)) > 1e-3:  # a finite scale, or none is said
-            key, message = specs.DROPOUT_WRONG
-            return key, Msg("dropout_wrong_scale", base=message, ratio=ratio, p_seen=1 - 1 / ratio, p=p)
-    return specs.DROPOUT_WRONG
+            return DROPOUT_WRONG.key, Msg("dropout_wrong_scale", base=DROPOUT_WRONG.message, ratio=ratio,
+                                          p_seen=1 - 1 / ratio, p=p)
+    return DROPOUT_WRONG.key, DROPOUT_WRONG.message
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -239,15 +287,16 @@ def _refusals(ex: Exercise, records, refusals):
     return list(dict.fromkeys(refusals))
 
 
-def verdict(exercise: str, records: list, cases: list, refusals: list | None = None, assumed=None) -> Result:
+def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list | None = None,
+            assumed=None) -> Result:
     """Grade validated ``records`` (one per case) against the reference and the mutant catalogue."""
-    result = _verdict(exercise, records, cases, refusals)
+    result = _verdict(get(exercise), records, cases, refusals)
     result.assumed = assumed
     return result
 
 
-def _verdict(exercise, records, cases, refusals):
-    ex = get(exercise)
+def _verdict(ex: Exercise, records, cases, refusals):
+    exercise = ex.id
     total = total_checks(cases)
     refusals = _refusals(ex, records, refusals)
     interview = ex.interview
@@ -261,7 +310,7 @@ def _verdict(exercise, records, cases, refusals):
         if rec["error"] is not None:
             reasons.append((case.name, _error_line(rec["error"])))
             continue
-        why = compare(rec["outputs"], specs.cached_outputs(ex.expected, case, ex.correct), single,
+        why = compare(rec["outputs"], cached_outputs(ex.expected, case, ex.correct), single,
                       tol=case.meta.get("tol", (RTOL, ATOL)))
         if why is None and case.kind == "train":
             dropout = dropout_problem(case, rec["outputs"])
@@ -282,22 +331,22 @@ def _verdict(exercise, records, cases, refusals):
 
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
-        return Result(exercise, False, 0.0, 0, total, specs.NOT_IMPLEMENTED,
+        return Result(exercise, False, 0.0, 0, total, NOT_IMPLEMENTED,
                       [Msg("not_implemented.write", name=ex.contract)])
     if nondeterministic:
-        return result(*specs.DROPOUT_EVAL)
+        return result(DROPOUT_EVAL.key, DROPOUT_EVAL.message)
     if dropout and len(reasons) == 1:
         return result(*dropout)
     for mutant in ex.mutants():
         if _matches(ex, cases, records, mutant):
             return result(mutant.key, mutant.message)
     if any(e["where"] == "forward" and "numpy" in e["message"] for e in errors):
-        return result(*specs.M_LEAVES_AUTOGRAD)
+        return result(M_LEAVES_AUTOGRAD.key, M_LEAVES_AUTOGRAD.message)
     if errors and errors[0]["contract"]:
         return result("contract", _error_line(errors[0]))
     if errors:
         return result("exception", _error_line(errors[0]))
-    for mutant in specs.mutant_pairs(ex.mutants(), ex.correct):
+    for mutant in mutant_pairs(ex.mutants(), ex.correct):
         if _matches(ex, cases, records, mutant):
             return result(mutant.key, mutant.message)
     if any("shape" in why for _, why in reasons):
@@ -305,9 +354,9 @@ def _verdict(exercise, records, cases, refusals):
     return result("wrong_values", Msg("wrong_values"))
 
 
-def failure(exercise: str, key: str, message: str) -> Result:
+def failure(exercise: str | Exercise, key: str, message: str) -> Result:
     """A result for a submission that could not be run at all (syntax error, timeout, missing class...)."""
     ex = get(exercise)
     if ex.kind == "model":  # graded on models: it counts its checks itself
-        return ex.model.failure(exercise, key, message)
-    return Result(exercise, False, 0.0, 0, total_checks(ex.make_cases(seed=0)), key, [message])
+        return ex.model.failure(ex.id, key, message)
+    return Result(ex.id, False, 0.0, 0, total_checks(ex.make_cases(seed=0)), key, [message])

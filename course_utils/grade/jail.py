@@ -24,7 +24,6 @@ from . import limits
 from .messages import Msg
 
 MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
-MAX_PROCESSES = 64         # processes and threads of the sandbox's user
 MAX_FILE = 64 << 20        # any one file written
 PRIVATE_DIR_SIZE = 64 << 20
 MAX_RESULT = 64 << 20      # bytes read back from the result pipe
@@ -224,7 +223,7 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
                 raise SandboxUnavailable(probe())
             os.set_inheritable(sub.fileno(), True)
             cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot)
-            tasks = MAX_PROCESSES if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
+            tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
             nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks
             cwd, env = tmp, {}
         else:  # trusted: a plain child process in a private temporary directory
@@ -232,7 +231,7 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
             private.mkdir()
             shutil.copyfile(submission, private / ("submission" + submission.suffix))
             cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w)]
-            nproc = _user_processes() + MAX_PROCESSES
+            nproc = _user_processes() + limits.MAX_TASKS
             cwd = str(private)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(private), "OMP_NUM_THREADS": "1",
                    "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore"}

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 MEMORY_TOTAL = 4 << 30      # all of one submission's processes, shared memory and tmpfs together
-MAX_TASKS = 64              # processes and threads in the submission's cgroup
+MAX_TASKS = 64              # processes and threads in the submission's cgroup (and of the sandbox's user)
 FALLBACK_TASKS = 16         # without a cgroup: RLIMIT_NPROC (per sandbox user), so RLIMIT_AS x 16 at worst
 SAMPLE_SECONDS = 0.1        # the fallback's watchdog
 SUBMISSION_BUDGET = 30.0    # seconds of wall time per submission, all its sandboxes together (--timeout)

@@ -11,10 +11,11 @@ import torch
 from torch import nn
 
 from .exercises import get
+from .heads import without_biases
 from .messages import Msg, joined
 from .records import CallRecorder, with_texts
+from .registry import Exercise
 from .sandbox import dialects, harness
-from .specs import without_biases
 from .types import Case
 
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
@@ -33,10 +34,9 @@ def plan_case(case: Case) -> dict:
                       for c in case.calls]}
 
 
-def plan(exercise: str, cases: list, square: list | None = None) -> dict:
+def plan(ex: Exercise, cases: list, square: list | None = None) -> dict:
     """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
     mode also sends ``square`` cases, for a class written in another dialect than the book's."""
-    ex = get(exercise)
     function = ex.kind == "function"
     out = {"class": ex.contract, "trace": ex.interview, "function": function,
            "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
@@ -50,9 +50,9 @@ def plan(exercise: str, cases: list, square: list | None = None) -> dict:
 class Graded:
     """The cases an exercise was graded on, and what the grader assumed about the learner's class."""
 
-    def __init__(self, exercise: str, seed: int | None = None):
-        self.exercise = exercise
+    def __init__(self, exercise: str | Exercise, seed: int | None = None):
         ex = get(exercise)
+        self.exercise = ex
         self.cases = ex.make_cases(seed)
         self.square = ex.make_square_cases(seed) if ex.interview else None
         self.assumed = None
@@ -209,7 +209,7 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
     return records
 
 
-def class_delegation(cls, exercise: str) -> str | None:
+def class_delegation(cls, exercise: Exercise) -> str | None:
     """Why ``cls`` is course_utils' reference (or, in interview mode, nn.MultiheadAttention), else None."""
     if not isinstance(cls, type):  # a function exercise
         module = getattr(cls, "__module__", "") or ""

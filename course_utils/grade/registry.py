@@ -4,11 +4,11 @@ and the messages look an exercise up by its id and never branch on the id itself
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from .types import new_seed
+from .types import Case, Mutant, new_seed
 
 KINDS = ("class", "function", "model")
 
@@ -24,24 +24,28 @@ class Exercise:
     points: int                  # nbgrader points of its self-check cell
     kind: str
     contract: str                # the class or function the learner defines
-    args: tuple = ()             # the constructor's (class) or the call's (function) arguments, in order
-    cases: Callable | None = None         # torch.Generator -> list[Case]
-    expected: Callable | None = None      # (case, variant) -> {output name: tensor or None}; raises where it crashes
-    correct: object = None                # the correct variant of the reference computation
-    mutants: Callable | None = None       # () -> list[Mutant], most specific first (texts: messages' mutant.<key>)
+    args: tuple[str, ...] = ()   # the constructor's (class) or the call's (function) arguments, in order
+    cases: Callable[[torch.Generator], list[Case]] | None = None
+    expected: Callable[[Case, Any], dict[str, Any]] | None = None  # {output name: tensor or None}; raises where
+    # the variant crashes
+    correct: Any = None                   # the correct variant of the reference computation
+    mutants: Callable[[], list[Mutant]] | None = None  # most specific first (texts: the module's TEXTS)
     interview: bool = False               # interview mode: no course_utils, no SDPA, other dialects accepted
-    square_cases: Callable | None = None  # interview mode: cases for a class in another dialect (d_in = d_out)
-    model: object = None                  # kind "model": the module that grades it
+    square_cases: Callable[[torch.Generator], list[Case]] | None = None  # interview mode: cases for a class in
+    # another dialect (d_in = d_out)
+    model: Any = None                     # kind "model": the module that grades it
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"exercise {self.id!r}: kind {self.kind!r} is not one of {KINDS}")
 
-    def make_cases(self, seed: int | None = None) -> list:
-        """The cases drawn from ``seed`` (a fresh secret one when None)."""
+    def make_cases(self, seed: int | None = None) -> list[Any]:
+        """The cases drawn from ``seed`` (a fresh secret one when None): Case, or the capstone's ModelCase."""
         if self.kind == "model":
-            return self.model.make_cases(self.id, seed)
+            return list(self.model.make_cases(self.id, seed))
+        assert self.cases is not None, self.id
         return self.cases(torch.Generator().manual_seed(new_seed() if seed is None else seed))
 
-    def make_square_cases(self, seed: int | None = None) -> list:
+    def make_square_cases(self, seed: int | None = None) -> list[Case]:
+        assert self.square_cases is not None, self.id
         return self.square_cases(torch.Generator().manual_seed(new_seed() if seed is None else seed))

@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 
 from . import jail, limits, protocol, source
+from .child import from_child
 from .diagnose import failure, verdict
 from .exercises import get
-from .messages import Msg, from_child, resolve, text
+from .messages import Msg, resolve, text
 from .questions import QUESTIONS, grade_answer
+from .registry import Exercise
 from .types import new_seed
 
 CELL_TIMEOUT = 10.0
@@ -165,34 +167,35 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
         return Msg(key + "_cell", cell=c["index"], what=what) if len(cells) > 1 else Msg(key, what=what)
 
     imports = [said("refusal.imports", c, imp) for c in prepared for imp in source.course_imports(c["source"])]
-    models = [ex for ex in exercises if get(ex).kind == "model"]
-    exercises = [ex for ex in exercises if ex not in models]
+    declared = [get(ex) for ex in exercises]
+    models = [ex for ex in declared if ex.kind == "model"]
+    on_cases = [ex for ex in declared if ex.kind != "model"]
 
-    graded = {ex: protocol.Graded(ex) for ex in exercises}  # a fresh secret seed per submission
+    graded = {ex.id: protocol.Graded(ex) for ex in on_cases}  # a fresh secret seed per submission
     base = {"cell_timeout": float(cell_timeout), "cells": prepared}
-    if exercises:
-        data, failed = _sandbox(path, {**base, "exercises": {ex: graded[ex].plan() for ex in exercises}},
+    if on_cases:
+        data, failed = _sandbox(path, {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in on_cases}},
                                 total_timeout, slot, sandboxed, report=report)
         if failed:
-            _fail_all(report, exercises, *failed)
+            _fail_all(report, [ex.id for ex in on_cases], *failed)
         else:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_verdict(ex, data, graded[ex], imports, report.notes) for ex in exercises]
+            report.results += [_verdict(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
     for ex in models:
         left = max(1.0, deadline - time.monotonic())
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
-def _verdict(ex, data, graded, imports, notes):
+def _verdict(ex: Exercise, data, graded, imports, notes):
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
     if refusals:  # known from the source alone, whatever the child ran or failed to run
         return verdict(ex, [], graded.cases, refusals=refusals)
-    entry = data["exercises"].get(ex)
+    entry = data["exercises"].get(ex.id)
     if not isinstance(entry, dict):
-        return failure(ex, "missing", Msg("run.not_graded", exercise=ex))
+        return failure(ex, "missing", Msg("run.not_graded", exercise=ex.id))
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
@@ -206,9 +209,9 @@ def _verdict(ex, data, graded, imports, notes):
     return verdict(ex, records, graded.cases, assumed=graded.assumed)
 
 
-def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxed, report):
+def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout, slot, sandboxed, report):
     """The capstone: the learner's function on trained GPTs whose heads the grader shuffled (secret seed)."""
-    grader = get(ex).model  # the module that grades a function on trained models
+    grader, ex = exercise.model, exercise.id  # the module that grades a function on trained models
     seed = new_seed()
     cases = grader.make_cases(ex, seed)
     # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
@@ -216,7 +219,7 @@ def _grade_model_exercise(path, ex, base, imports, total_timeout, slot, sandboxe
     if refusals:
         return grader.verdict(ex, [], refusals, seed)
     plan = {**base, "exercises": {},
-            "models": {ex: {"function": get(ex).contract, "checkpoints": [c.state for c in cases]}}}
+            "models": {ex: {"function": exercise.contract, "checkpoints": [c.state for c in cases]}}}
     data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True, report=report)
     if failed:
         return grader.failure(ex, *failed, seed=seed)

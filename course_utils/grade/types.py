@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
@@ -19,9 +20,9 @@ def new_seed() -> int:
 class Mutant:
     key: str
     message: str
-    variant: object             # the flags of one reference computation (specs.Variant, specs_beyond.*Variant)
+    variant: object             # the flags of one reference computation (heads.Variant, an exercise's own *Variant)
     outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
-    paired: bool = True         # also tried two at a time with the others (specs.mutant_pairs)
+    paired: bool = True         # also tried two at a time with the others (diagnose.mutant_pairs)
 
 
 @dataclass
@@ -34,8 +35,8 @@ class Call:
     grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
     past: int | str | None = None
     use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
-    kwargs: dict = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
-    args: tuple | None = None         # a function exercise: fn(*args) instead of a module's forward
+    kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
+    args: tuple[Any, ...] | None = None         # a function exercise: fn(*args) instead of a module's forward
     tile_bound: int | None = None     # the largest float tensor the call may make (a tiled function, MLA absorbed)
     bound_label: str = "tiled"        # the output that reports it: step<i>.<bound_label>, 1 = within the bound
     peak_bound: int | None = None     # a tiled function: how far (bytes) the process's peak memory may rise
@@ -45,15 +46,15 @@ class Call:
 class Case:
     """One configuration: constructor arguments, parameters (by name) and the calls to make."""
     name: str
-    ctor: dict
-    params: dict
-    calls: list
+    ctor: dict[str, Any]
+    params: dict[str, torch.Tensor]
+    calls: list[Call]
     kind: str = "plain"          # plain | grad | train | large | cache
-    given_past: tuple | None = None
-    meta: dict = field(default_factory=dict)
+    given_past: tuple[torch.Tensor, torch.Tensor] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def x(self):
+    def x(self) -> torch.Tensor:
         return self.calls[0].x
 
 
@@ -71,10 +72,10 @@ class Result:
     checks_passed: int
     checks_total: int
     diagnosis: str | None = None   # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
-    messages: list = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
+    messages: list[Any] = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
     assumed: str | None = None     # interview mode: the dialect and mask convention the grader assumed
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return self.passed
 
     @property
@@ -98,13 +99,13 @@ class Result:
             lines.append("   " + Msg("result.assumed", assumed=self.assumed).render(lang))
         return "\n".join(lines)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.report()
 
-    def _repr_pretty_(self, p, cycle):  # IPython shows the summary, not a dataclass dump
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython shows the summary, not a dataclass dump
         p.text(self.report())
 
-    def to_dict(self, lang: str | None = None) -> dict:
+    def to_dict(self, lang: str | None = None) -> dict[str, Any]:
         """The fields as plain data, the texts in ``lang`` (default: the course's current language); the exercise
         and the diagnosis stay identifiers, the same in every language."""
         lang = resolve(lang)

@@ -37,7 +37,7 @@ ESCAPES = {  # name -> oracle attack; every one must end with 'scale_d_out' in i
     "read_classmate.py": "open({victim!r}).read()\nescaped = True",
     "write_classmate.py": "open({victim!r}, 'a').write('# pwned')\nescaped = True",
     "write_grader.py": "open({project!r} + '/course_utils/grade/diagnose.py', 'a').write('# pwned')\nescaped = True",
-    "import_reference.py": "from course_utils.grade.specs import reference_forward\nescaped = True",
+    "import_reference.py": "from course_utils.grade.heads import reference_forward\nescaped = True",
     "import_course_module.py": "import course_utils.multihead\nescaped = True",
     "sys_path_reference.py": (
         "import sys, importlib\nsys.path.insert(0, {project!r})\n"

@@ -1,18 +1,24 @@
-"""The exercises, one module each. Every module here declares ``EXERCISE`` (a ``registry.Exercise``): its id,
-kind, contract, case maker, expected outputs, mutants (whose diagnosis keys name their texts in ``messages``),
-points and notebook. Adding an exercise = one new module here, its texts in ``messages``, and its notebook in
-``solutions/`` (see ARCHITECTURE.md)."""
+"""The exercises, one module each. Every module here declares ``EXERCISE`` (a ``registry.Exercise``: its id,
+kind, contract, case maker, expected outputs, mutants, points and notebook) and ``TEXTS`` (its mistakes' and case
+titles' words in English and Chinese, added to the catalogue here). Adding an exercise = one new module here, its
+notebook in ``solutions/`` and its fixture (see ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
+from ..messages import add_texts
 from ..registry import Exercise
 
 
 def _declared() -> dict[str, Exercise]:
-    found = [importlib.import_module(f"{__name__}.{info.name}").EXERCISE for info in pkgutil.iter_modules(__path__)]
+    """Every module's ``EXERCISE``, in the order of grades.csv; its ``TEXTS`` join the catalogue on the way."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        add_texts(getattr(module, "TEXTS", {}))
+        found.append(module.EXERCISE)
     return {ex.id: ex for ex in sorted(found, key=lambda ex: ex.order)}
 
 
@@ -20,8 +26,10 @@ EXERCISES: dict[str, Exercise] = _declared()
 IDS = tuple(EXERCISES)
 
 
-def get(exercise: str) -> Exercise:
-    """The declaration of ``exercise``; a clear error for an unknown id."""
+def get(exercise: str | Exercise) -> Exercise:
+    """The declaration of ``exercise`` (an id, or the declaration itself); a clear error for an unknown id."""
+    if isinstance(exercise, Exercise):
+        return exercise
     if exercise not in EXERCISES:
         raise ValueError(f"unknown exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     return EXERCISES[exercise]

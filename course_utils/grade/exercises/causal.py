@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import specs
-from ..registry import Exercise
-from ..specs import (
+from ..heads import (
     CAUSAL,
     M_KEYS_Q,
     M_NO_SCALE,
-    M_SOFTMAX,
-    M_SOFTMAX_BATCH,
     causal_mutants,
-    grad_case,
+    expected_for,
     grad_mutants,
+    gradients_case,
+    large_scores_case,
     make_case,
-    mutant,
-    train_case,
+    training_case,
 )
+from ..kit import M_SOFTMAX_BATCH, M_SOFTMAX_QUERIES, case_titles, mutant
+from ..registry import Exercise
 from ..types import Case
 
 FORM = "single_head"
@@ -58,9 +57,8 @@ def cases(g) -> list[Case]:
             dropout=0.0,
             qkv_bias=True,
         ),
-        grad_case(
+        gradients_case(
             FORM,
-            "gradients of the parameters and the input",
             g,
             (2, 5, 4),
             d_in=4,
@@ -68,13 +66,11 @@ def cases(g) -> list[Case]:
             context_length=6,
             dropout=0.0,
         ),
-        train_case(FORM, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
-        make_case(
+        training_case(FORM, g, 4, 5, d_in=6, d_out=6, context_length=7, dropout=0.5),
+        large_scores_case(
             FORM,
-            "scores in the hundreds (a large key bias)",
             g,
             (2, 5, 4),
-            large=True,
             d_in=4,
             d_out=4,
             context_length=6,
@@ -83,18 +79,28 @@ def cases(g) -> list[Case]:
     ]
 
 
-
 def mutants() -> list:
     return (
         [
             mutant(M_NO_SCALE, replace(CAUSAL, scale="none")),
-            mutant(M_SOFTMAX, replace(CAUSAL, softmax_dim=-2)),
+            mutant(M_SOFTMAX_QUERIES, replace(CAUSAL, softmax_dim=-2)),
             mutant(M_SOFTMAX_BATCH, replace(CAUSAL, softmax_dim=0), paired=False),  # dim=1 is dim=-2 on batched scores
             mutant(M_KEYS_Q, replace(CAUSAL, keys_from="W_query")),
         ]
         + causal_mutants(CAUSAL)
         + grad_mutants(CAUSAL)
     )
+
+
+TEXTS: dict[str, tuple[str, str]] = {
+    **case_titles(
+        {
+            "d_in=3, d_out=2, 6 tokens = context_length, dropout 0.5": "d_in=3，d_out=2，6 个 token = context_length，dropout 0.5",
+            "d_in=4 < d_out=6, 5 tokens < context_length=8, batch 3": "d_in=4 < d_out=6，5 个 token < context_length=8，batch 3",
+            "d_in=6 > d_out=4, qkv_bias, 4 tokens < context_length=7": "d_in=6 > d_out=4，qkv_bias，4 个 token < context_length=7",
+        }
+    ),
+}
 
 
 EXERCISE = Exercise(
@@ -106,7 +112,7 @@ EXERCISE = Exercise(
     contract="CausalAttention",
     args=("d_in", "d_out", "context_length", "dropout", "qkv_bias"),
     cases=cases,
-    expected=specs.expected_for(FORM),
+    expected=expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import specs
-from ..registry import Exercise
-from ..specs import (
+from ..heads import (
     CAUSAL,
-    M_GROUP0,
-    M_TILED,
     causal_mutants,
-    grad_case,
+    expected_for,
     grad_mutants,
+    gradients_case,
     heads_mutants,
+    large_scores_case,
     make_case,
-    mutant,
     scale_softmax_mutants,
-    train_case,
+    training_case,
 )
+from ..kit import Mistake, case_titles, mutant
+from ..registry import Exercise
 from ..types import Case
 
 FORM = "heads"
@@ -77,9 +76,8 @@ def cases(g) -> list[Case]:
             num_heads=2,
             num_kv_groups=2,
         ),
-        grad_case(
+        gradients_case(
             FORM,
-            "gradients of the parameters and the input",
             g,
             (2, 5, 6),
             d_in=6,
@@ -89,9 +87,8 @@ def cases(g) -> list[Case]:
             num_heads=4,
             num_kv_groups=2,
         ),
-        train_case(
+        training_case(
             FORM,
-            "training mode, dropout 0.5",
             g,
             4,
             5,
@@ -102,12 +99,10 @@ def cases(g) -> list[Case]:
             num_heads=4,
             num_kv_groups=2,
         ),
-        make_case(
+        large_scores_case(
             FORM,
-            "scores in the hundreds (a large key bias)",
             g,
             (2, 5, 6),
-            large=True,
             d_in=6,
             d_out=8,
             context_length=6,
@@ -117,6 +112,9 @@ def cases(g) -> list[Case]:
         ),
     ]
 
+
+M_TILED = Mistake("kv_tiled")
+M_GROUP0 = Mistake("kv_one_group")
 
 
 def mutants() -> list:
@@ -129,6 +127,31 @@ def mutants() -> list:
     )
 
 
+TEXTS: dict[str, tuple[str, str]] = {
+    "mutant.kv_tiled": (
+        "K/V groups tiled (repeat, or head h reads group h % num_kv_groups) instead of interleaved: "
+        "query head h reads group h // (num_heads // num_kv_groups), use "
+        "repeat_interleave(group_size, dim=1)",
+        "K/V 分组用了平铺（tile：repeat，或让头 h 读第 h % num_kv_groups 组）而不是交错（interleave）："
+        "查询头 h 应当读第 h // (num_heads // num_kv_groups) 组，请用 repeat_interleave(group_size, dim=1)",
+    ),
+    "mutant.kv_one_group": (
+        "every query head reads K/V group 0: expand/repeat each of the num_kv_groups groups for "
+        "its num_heads // num_kv_groups query heads",
+        "每个查询头读的都是第 0 组 K/V：应当把 num_kv_groups 组中的每一组扩展（expand/repeat）给"
+        "它对应的 num_heads // num_kv_groups 个查询头",
+    ),
+    **case_titles(
+        {
+            "4 heads in 2 K/V groups, d_in=6 < d_out=8, 6 tokens < context_length=8": "4 个头分成 2 个 K/V 组，d_in=6 < d_out=8，6 个 token < context_length=8",
+            "6 heads in 3 K/V groups, d_in=14 > d_out=12, 6 tokens = context_length": "6 个头分成 3 个 K/V 组，d_in=14 > d_out=12，6 个 token = context_length",
+            "MQA: 4 heads, 1 K/V group, qkv_bias, 5 tokens < context_length=9": "MQA：4 个头，1 个 K/V 组，qkv_bias，5 个 token < context_length=9",
+            "MHA as GQA: 2 heads, 2 groups, d_in=3, d_out=4": "把 MHA 当作 GQA：2 个头，2 个组，d_in=3，d_out=4",
+        }
+    ),
+}
+
+
 EXERCISE = Exercise(
     id="gqa",
     order=7,
@@ -138,7 +161,7 @@ EXERCISE = Exercise(
     contract="GroupedQueryAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_groups", "qkv_bias"),
     cases=cases,
-    expected=specs.expected_for(FORM),
+    expected=expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import specs
-from ..registry import Exercise
-from ..specs import (
+from ..heads import (
     CAUSAL,
     M_KEYS_Q,
     M_VALUES_K,
     causal_mutants,
-    grad_case,
+    expected_for,
     grad_mutants,
+    gradients_case,
     heads_mutants,
+    large_scores_case,
     make_case,
-    mutant,
     scale_softmax_mutants,
-    train_case,
+    training_case,
 )
+from ..kit import case_titles, mutant
+from ..registry import Exercise
 from ..types import Case
 
 FORM = "heads"
@@ -61,9 +62,8 @@ def cases(g) -> list[Case]:
             num_heads=4,
             qkv_bias=True,
         ),
-        grad_case(
+        gradients_case(
             FORM,
-            "gradients of the parameters and the input",
             g,
             (2, 5, 6),
             d_in=6,
@@ -73,15 +73,11 @@ def cases(g) -> list[Case]:
             num_heads=2,
             qkv_bias=True,
         ),
-        train_case(
-            FORM, "training mode, dropout 0.5", g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5, num_heads=2
-        ),
-        make_case(
+        training_case(FORM, g, 4, 5, d_in=6, d_out=12, context_length=7, dropout=0.5, num_heads=2),
+        large_scores_case(
             FORM,
-            "scores in the hundreds (a large key bias)",
             g,
             (2, 5, 6),
-            large=True,
             d_in=6,
             d_out=8,
             context_length=6,
@@ -89,7 +85,6 @@ def cases(g) -> list[Case]:
             num_heads=2,
         ),
     ]
-
 
 
 def mutants() -> list:
@@ -105,6 +100,17 @@ def mutants() -> list:
     )
 
 
+TEXTS: dict[str, tuple[str, str]] = {
+    **case_titles(
+        {
+            "3 heads, d_in=4 < d_out=12, 5 tokens < context_length=8, dropout 0.5": "3 个头，d_in=4 < d_out=12，5 个 token < context_length=8，dropout 0.5",
+            "2 heads, d_in=10 > d_out=6, 6 tokens = context_length, batch 3": "2 个头，d_in=10 > d_out=6，6 个 token = context_length，batch 3",
+            "4 heads, d_in=6, d_out=8, qkv_bias, 7 tokens < context_length=9": "4 个头，d_in=6，d_out=8，qkv_bias，7 个 token < context_length=9",
+        }
+    ),
+}
+
+
 EXERCISE = Exercise(
     id="mha",
     order=4,
@@ -114,7 +120,7 @@ EXERCISE = Exercise(
     contract="MultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,
-    expected=specs.expected_for(FORM),
+    expected=expected_for(FORM),
     correct=CAUSAL,
     mutants=mutants,
 )

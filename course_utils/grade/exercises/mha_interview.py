@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import specs
+from ..heads import CAUSAL, expected_for, gradients_case, large_scores_case, make_case, training_case
+from ..kit import Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..specs import CAUSAL, M_MERGE_D_IN, grad_case, make_case, mutant, train_case
 from ..types import Case
 from . import mha
 from .mha import FORM, cases
@@ -54,9 +54,8 @@ def square_cases(g) -> list[Case]:
             num_heads=4,
             **common,
         ),
-        grad_case(
+        gradients_case(
             FORM,
-            "gradients of the parameters and the input",
             g,
             (2, 5, 8),
             d_in=8,
@@ -66,9 +65,8 @@ def square_cases(g) -> list[Case]:
             num_heads=2,
             **common,
         ),
-        train_case(
+        training_case(
             FORM,
-            "training mode, dropout 0.5",
             g,
             4,
             5,
@@ -79,12 +77,10 @@ def square_cases(g) -> list[Case]:
             num_heads=2,
             qkv_bias=True,
         ),
-        make_case(
+        large_scores_case(
             FORM,
-            "scores in the hundreds (a large key bias)",
             g,
             (2, 5, 8),
-            large=True,
             d_in=8,
             d_out=8,
             context_length=6,
@@ -95,11 +91,32 @@ def square_cases(g) -> list[Case]:
     ]
 
 
+M_MERGE_D_IN = Mistake("merge_input_width")
+
+
 def mutants() -> list:
     """Exercise 4's catalogue, and the merge into the input's width: a class that names d_in and d_out runs on
     the book's cases (d_in != d_out), where view(B, S, D) with the input's D fails (last: it only matches a
     learner that crashes in every case)."""
     return mha.mutants() + [mutant(M_MERGE_D_IN, replace(CAUSAL, merge="d_in"))]
+
+
+TEXTS: dict[str, tuple[str, str]] = {
+    "mutant.merge_input_width": (
+        "heads merged into the input's width: view(B, S, D) with D = x.shape[-1] (d_in) "
+        "only works when d_in == d_out; merge into d_out: .view(B, S, d_out) or "
+        ".reshape(B, S, -1)",
+        "合并多头时用了输入的宽度：view(B, S, D) 里的 D = x.shape[-1] 是 d_in，只有 d_in == "
+        "d_out 时才对；应当合并成 d_out：.view(B, S, d_out) 或 .reshape(B, S, -1)",
+    ),
+    **case_titles(
+        {
+            "d_model=12, 3 heads, 5 tokens, dropout 0.5": "d_model=12，3 个头，5 个 token，dropout 0.5",
+            "d_model=8, 2 heads, 6 tokens, batch 3": "d_model=8，2 个头，6 个 token，batch 3",
+            "d_model=8, 4 heads, 7 tokens": "d_model=8，4 个头，7 个 token",
+        }
+    ),
+}
 
 
 EXERCISE = Exercise(
@@ -111,8 +128,8 @@ EXERCISE = Exercise(
     contract="MultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,
-    expected=specs.expected_for(FORM),
-    correct=specs.CAUSAL,
+    expected=expected_for(FORM),
+    correct=CAUSAL,
     mutants=mutants,
     interview=True,
     square_cases=square_cases,

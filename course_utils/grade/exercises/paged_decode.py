@@ -17,11 +17,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..messages import Msg
+from ..kit import Mistake, case_titles, draw_seed, mutant
 from ..registry import Exercise
-from ..specs import draw_seed
-from ..specs_beyond import M_NO_SCALE_OS, mutant
 from ..types import Call, Case
+from .online_softmax import M_NO_SCALE
 
 
 @dataclass(frozen=True)
@@ -35,21 +34,16 @@ class PagedVariant:
     scale: bool = True
 
 
-def _mistake(key: str):
-    """(diagnosis key, its text): messages.py's 'mutant.<key>', in English and Chinese."""
-    return key, Msg("mutant." + key)
-
-
-M_SLOT_NO_BS = _mistake("block_table_slot_without_block_size")
-M_SLOT_CONTIGUOUS = _mistake("block_table_ignored")
-M_NO_COPY = _mistake("shared_block_written_without_copy")
-M_COPY_EMPTY = _mistake("copy_on_write_without_data")
-M_NEW_TOKEN = _mistake("new_token_not_attended")
-M_MERGE_MEAN = _mistake("merge_without_rescaling")
-M_MERGE_SUM = _mistake("merge_summed")
-M_MERGE_NO_MAX = _mistake("merge_without_max")
-M_MERGE_NOT_NORMALISED = _mistake("merge_not_normalised")
-M_MERGE_LSE = _mistake("merge_wrong_lse")
+M_SLOT_NO_BS = Mistake("block_table_slot_without_block_size")
+M_SLOT_CONTIGUOUS = Mistake("block_table_ignored")
+M_NO_COPY = Mistake("shared_block_written_without_copy")
+M_COPY_EMPTY = Mistake("copy_on_write_without_data")
+M_NEW_TOKEN = Mistake("new_token_not_attended")
+M_MERGE_MEAN = Mistake("merge_without_rescaling")
+M_MERGE_SUM = Mistake("merge_summed")
+M_MERGE_NO_MAX = Mistake("merge_without_max")
+M_MERGE_NOT_NORMALISED = Mistake("merge_not_normalised")
+M_MERGE_LSE = Mistake("merge_wrong_lse")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,8 +187,62 @@ def mutants() -> list:
         mutant(M_MERGE_NO_MAX, replace(ok, merge="no_max")),
         mutant(M_MERGE_NOT_NORMALISED, replace(ok, merge="not_normalised")),
         mutant(M_MERGE_LSE, replace(ok, merged_lse="max")),
-        mutant(M_NO_SCALE_OS, replace(ok, scale=False)),
+        mutant(M_NO_SCALE, replace(ok, scale=False)),
     ]
+
+
+TEXTS: dict[str, tuple[str, str]] = {
+    "mutant.block_table_slot_without_block_size": (
+        "slot = block_table[pos // block_size] + pos % block_size: a block number is not a slot number; multiply it "
+        "by block_size",
+        "slot = block_table[pos // block_size] + pos % block_size：块号不是槽位号，要先乘以 block_size"),
+    "mutant.block_table_ignored": (
+        "the sequence's tokens were read as if its blocks were adjacent in the pool: look each position's block up "
+        "in the block table, block_table[pos // block_size]",
+        "把序列的 token 当成在池中连续存放来读：每个位置的块要到块表里查，block_table[pos // block_size]"),
+    "mutant.shared_block_written_without_copy": (
+        "a block another sequence also lists was written in place, changing that sequence's tokens: copy the block "
+        "into a free one first and point the table there (copy-on-write)",
+        "直接写入了另一条序列也在用的共享块，改掉了那条序列的 token：先把这个块复制到一个空闲块，让块表指向新块，"
+        "再写入（写时复制）"),
+    "mutant.copy_on_write_without_data": (
+        "copy-on-write took a free block but did not copy the shared block's tokens into it",
+        "写时复制拿到了空闲块，但没有把共享块里已有的 token 复制过去"),
+    "mutant.new_token_not_attended": (
+        "the new token's own key and value are written but not attended: each sequence attends to seq_len + 1 "
+        "tokens",
+        "新 token 的键和值写进去了，却没有参与注意力：每条序列要看 seq_len + 1 个 token"),
+    "mutant.merge_without_rescaling": (
+        "the chunks' outputs were averaged: weight each out_i by exp(lse_i - max lse), then divide by the sum of "
+        "the weights",
+        "直接对各块的输出取了平均：要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和"),
+    "mutant.merge_summed": (
+        "the chunks' outputs were added: each is already normalised by its own chunk's sum; weight them by "
+        "exp(lse_i - max lse) and divide by the sum of the weights",
+        "直接把各块的输出相加：每个 out_i 已经按本块自己的和归一化过，要用 exp(lse_i - max lse) 加权，再除以权重之和"),
+    "mutant.merge_without_max": (
+        "the merge computes exp(lse_i) without subtracting the largest lse, which overflows for large scores: use "
+        "exp(lse_i - max lse)",
+        "合并时直接算 exp(lse_i)，没有减去最大的 lse，分数大时会溢出：要用 exp(lse_i - max lse)"),
+    "mutant.merge_not_normalised": (
+        "the weighted chunk outputs were not divided by the sum of the weights",
+        "各块输出加权求和之后，没有除以权重之和"),
+    "mutant.merge_wrong_lse": (
+        "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",
+        "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)"),
+    **case_titles({
+        "3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits":
+            "3 条序列，已缓存 3、8、13 个 token，大小为 4 的块在池中倒序分散，切成 3 段",
+        "a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits":
+            "一条序列在第 6 个 token 后 fork：父子序列共享一个半满的块，切成 2 段",
+        "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits":
+            "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
+        "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits":
+            "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
+        "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits":
+            "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
+    }),
+}
 
 
 EXERCISE = Exercise(

@@ -17,9 +17,19 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kit import (
+    Mistake,
+    attend,
+    case_titles,
+    draw_seed,
+    linear,
+    mutant,
+    projection_shapes,
+    random_params,
+    rope,
+    split_heads,
+)
 from ..registry import Exercise
-from ..specs import draw_seed, random_params
-from ..specs_beyond import _attend, _lin, _mistake, _rope, _split, mutant, rope_param_shapes
 from ..types import Call, Case
 
 
@@ -58,13 +68,13 @@ def window_forward(p, x, cfg, v: WindowVariant, past=None, use_cache=False, star
                                           cfg["rope_base"])
     b, n, _ = x.shape
     hd = d_out // nh
-    q, k, val = _split(_lin(p, "W_query", x), nh), _split(_lin(p, "W_key", x), nh), _split(_lin(p, "W_value", x), nh)
+    q, k, val = split_heads(linear(p, "W_query", x), nh), split_heads(linear(p, "W_key", x), nh), split_heads(linear(p, "W_value", x), nh)
     new_positions = torch.arange(start_pos, start_pos + n)
 
     def rotated(t, positions):
         if v.rope_positions == "slot":  # the slot index instead of the position: restarts at the wrap-around
             positions = torch.tensor([slot_of(int(i), window, num_sinks) for i in positions], dtype=torch.long)
-        return _rope(t, positions, base)
+        return rope(t, positions, base)
 
     q, k_rot = rotated(q, new_positions), rotated(k, new_positions)
     if v.cache == "grows":  # nothing evicted: the cache is everything seen, oldest first
@@ -89,8 +99,8 @@ def window_forward(p, x, cfg, v: WindowVariant, past=None, use_cache=False, star
         present = (ring_k, ring_v)
     keys, values = torch.cat([old_k, k_rot], dim=2), torch.cat([old_v, val], dim=2)
     hide = _hidden(new_positions, torch.cat([old_positions, new_positions]), window, num_sinks, v)
-    ctx = _attend(q, keys, values, math.sqrt(hd), hide)
-    out = _lin(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
+    ctx = attend(q, keys, values, math.sqrt(hd), hide)
+    out = linear(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
     return out, (present if use_cache else None)
 
 
@@ -101,7 +111,7 @@ def window_forward(p, x, cfg, v: WindowVariant, past=None, use_cache=False, star
 def _case(name, g, batch, chunks, *, full=True, **ctor):
     """One sequence fed in ``chunks`` through the cache (each call passes the previous present back and says where
     its tokens start), then, with ``full``, the whole sequence in one call without a cache."""
-    params = random_params(rope_param_shapes(ctor), g)
+    params = random_params(projection_shapes(ctor), g)
     x = torch.randn(batch, sum(chunks), ctor["d_in"], generator=g)
     calls, start = [], 0
     for i, size in enumerate(chunks):
@@ -115,7 +125,7 @@ def _case(name, g, batch, chunks, *, full=True, **ctor):
 
 def _given_case(name, g, batch, start_pos, num_new, **ctor):
     """A full ring the module never produced, its oldest token in a middle slot, and ``num_new`` tokens after it."""
-    params = random_params(rope_param_shapes(ctor), g)
+    params = random_params(projection_shapes(ctor), g)
     hd, size = ctor["d_out"] // ctor["num_heads"], ctor["num_sinks"] + ctor["window"]
     x = torch.randn(batch, num_new, ctor["d_in"], generator=g)
     case = Case(name, ctor, params, [Call(x, seed=draw_seed(g), past="given", use_cache=True,
@@ -162,14 +172,14 @@ def expected(case: Case, variant: WindowVariant) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# the misconception catalogue (texts: messages.py's mutant.<key>)
+# the misconception catalogue (texts: TEXTS' mutant.<key>)
 
-M_SLOT_ORDER = _mistake("ring_read_in_slot_order")
-M_ROPE_WRAP = _mistake("rope_positions_reset_at_wrap")
-M_SINKS_EVICTED = _mistake("sinks_evicted")
-M_WINDOW_OFF_BY_ONE = _mistake("window_off_by_one")
-M_RAW_KEYS = _mistake("ring_keys_cached_before_rope")
-M_GROWS = _mistake("ring_cache_grows")
+M_SLOT_ORDER = Mistake("ring_read_in_slot_order")
+M_ROPE_WRAP = Mistake("rope_positions_reset_at_wrap")
+M_SINKS_EVICTED = Mistake("sinks_evicted")
+M_WINDOW_OFF_BY_ONE = Mistake("window_off_by_one")
+M_RAW_KEYS = Mistake("ring_keys_cached_before_rope")
+M_GROWS = Mistake("ring_cache_grows")
 
 
 def mutants() -> list:
@@ -184,6 +194,58 @@ def mutants() -> list:
         mutant(M_RAW_KEYS, replace(ok, cache="raw_keys")),
         mutant(M_GROWS, replace(ok, cache="grows")),
     ]
+
+
+TEXTS: dict[str, tuple[str, str]] = {
+    "mutant.ring_read_in_slot_order": ("after the wrap-around the ring is read in slot order (slot 0 first) but "
+                                       "masked as if oldest first: keys and positions disagree. Read from the oldest "
+                                       "slot, num_sinks + (start_pos - num_sinks) % window, round to the newest (or "
+                                       "give each slot the position it holds and mask by that)",
+                                       "环形缓冲区绕回之后是按槽位顺序（从槽 0 开始）读的，掩码却按“从旧到新”来算：键和"
+                                       "位置对不上了。应当从最旧的槽 num_sinks + (start_pos - num_sinks) % window "
+                                       "开始，绕一圈读到最新的（或者给每个槽标上它存的位置，再按位置做掩码）"),
+    "mutant.rope_positions_reset_at_wrap": ("RoPE positions restart at the wrap-around (the slot index, not the "
+                                            "position): rotate queries and keys at the absolute positions start_pos, "
+                                            "start_pos + 1, ..., which keep counting after the ring wraps",
+                                            "RoPE 的位置在环形缓冲区绕回时又从头开始了（用的是槽位编号而不是位置）："
+                                            "查询和键要按绝对位置 start_pos, start_pos + 1, ... 旋转，绕回之后位置"
+                                            "仍然继续往上数"),
+    "mutant.sinks_evicted": ("the sinks are evicted with the window: the first num_sinks tokens stay visible to every "
+                             "query (key j is visible when j <= i and (j > i - window or j < num_sinks))",
+                             "注意力汇聚点随窗口一起被逐出了：前 num_sinks 个 token 应当对每个查询都可见（当 j <= i "
+                             "且 (j > i - window 或 j < num_sinks) 时键 j 可见）"),
+    "mutant.window_off_by_one": ("the window is off by one: a query at position i sees the window keys i - window + "
+                                 "1 .. i, itself included (Hugging Face's sliding_window: j > i - window)",
+                                 "窗口差了一位：位置 i 的查询看到的是 i - window + 1 .. i 这 window 个键，包括它自己"
+                                 "（和 Hugging Face 的 sliding_window 一致：j > i - window）"),
+    "mutant.ring_keys_cached_before_rope": ("the ring holds the keys before RoPE: rotate the new keys at their "
+                                            "absolute positions BEFORE writing them into their slots; present holds "
+                                            "rotated keys, and a cached key is never rotated again",
+                                            "环形缓冲区里存的是旋转之前的键：应当先把新的键按各自的绝对位置旋转，再写进"
+                                            "对应的槽；present 里存的是旋转过的键，缓存里的键不会再被旋转"),
+    "mutant.ring_cache_grows": ("the cache grows with the sequence (torch.cat, nothing evicted): its memory must stay "
+                                "constant, keys and values of shape (b, num_heads, num_sinks + window, head_dim) from "
+                                "the first call on, position p written into slot num_sinks + (p - num_sinks) % window",
+                                "缓存随序列一起变长（torch.cat，什么都没有逐出）：它的内存应当保持不变，从第一次调用起"
+                                "键和值的形状就是 (b, num_heads, num_sinks + window, head_dim)，位置 p 写进槽 "
+                                "num_sinks + (p - num_sinks) % window"),
+    **case_titles({
+        "window 4, no sinks, 2 heads of 4, base 10000: a prefill of 6 (longer than the window), then 1, 1, 2, 1, 1 "
+        "tokens (the ring wraps around), then the whole sequence without the cache":
+            "窗口 4，没有汇聚点，2 个头，每个宽 4，base 10000：先预填充 6 个 token（比窗口长），再依次输入 1、1、2、1、1 个"
+            "（环形缓冲区会绕回），最后不带缓存输入整个序列",
+        "window 3, 2 sinks, 3 heads of 2, base 100: a prompt of 3, then one token at a time up to 11":
+            "窗口 3，2 个汇聚点，3 个头，每个宽 2，base 100：先输入 3 个 token 的提示，再一次一个 token，直到 11 个",
+        "window 5, 1 sink, 2 heads of 6, base 500000: a prefill of 9, then chunks of 3 and 1":
+            "窗口 5，1 个汇聚点，2 个头，每个宽 6，base 500000：先预填充 9 个 token，再依次输入 3 个和 1 个",
+        "window 1 (only itself), 1 sink, 2 heads of 4: a prompt of 2, then 1, 1, 1":
+            "窗口 1（只看自己），1 个汇聚点，2 个头，每个宽 4：先输入 2 个 token 的提示，再依次输入 1、1、1 个",
+        "window 16, longer than the sequence (plain causal attention), 2 heads of 4: chunks of 3 and 4":
+            "窗口 16，比序列还长（就是普通的因果注意力），2 个头，每个宽 4：依次输入 3 个和 4 个 token",
+        "a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens":
+            "一个不是由该模块产生的满环形缓冲区（窗口 4，2 个汇聚点，已经见过 13 个 token），再输入 2 个新 token",
+    }),
+}
 
 
 EXERCISE = Exercise(

@@ -534,8 +534,8 @@ def interview_class(namespace: dict, spec: dict, learner_files=None):
     return None, [c.__name__ for c in found]
 
 
-def plain_answer(value):
-    """[layer, head] as ints, or a description of what came back instead."""
+def layer_head_answer(value):
+    """The capstone's answer: [layer, head] as ints, or a description of what came back instead."""
     if isinstance(value, (tuple, list)) and len(value) == 2:
         try:
             return [int(v.__index__()) for v in value]
@@ -553,7 +553,7 @@ def _run_on_model(fn, state: dict, learner_files, timeout: float) -> dict:
     try:
         torch.manual_seed(0)
         with torch.no_grad():
-            record["answer"] = plain_answer(fn(GPT.from_checkpoint(state).eval()))
+            record["answer"] = layer_head_answer(fn(GPT.from_checkpoint(state).eval()))
     except BaseException as exc:  # noqa: BLE001
         record["error"] = describe_exception(exc, learner_files, "call")
     finally:
@@ -572,7 +572,7 @@ def _get_ipython_stub():
     return _Shell()
 
 
-def _plain_answer(value):
+def _number_answer(value):
     """An answer as a value the result's restricted unpickler accepts: an int of int64 range, a float or a short
     string (a 9,000-digit int or a str subclass would make the whole result unreadable, zeroing every exercise)."""
     try:
@@ -633,7 +633,7 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
-    answers = [(str(q)[:80], None if v is None else _plain_answer(v))  # None: not answered (yet)
+    answers = [(str(q)[:80], None if v is None else _number_answer(v))  # None: not answered (yet)
                for q, v in learner_grade.ANSWERS[:20]]
     result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 

@@ -1,10 +1,11 @@
-"""Exercises 01-07: the building blocks of their cases, one parameterized reference forward, and its mutants.
-Each exercise declares its own cases, mutants and contract in ``grade/exercises/``.
+"""The computation of exercises 01-07 (self-attention to GQA and the KV cache): one parameterized attention forward,
+whose flags (``Variant``) are the known mistakes, its case builders and the mistakes the seven exercises share.
 
-Every known misconception is a ``Variant`` of the same functional forward (one home for the logic);
-the grader runs the learner's module and each variant on the same parameters and inputs, and names
-the variant whose outputs the learner's reproduce.
+An exercise of this family declares its ``FORM`` (the shape of its computation: ``FORMS``), ``expected_for(FORM)``
+and its cases, built with ``make_case`` and the shared blocks ``gradients_case``, ``training_case`` ("training
+mode, dropout 0.5": dropout made visible) and ``large_scores_case`` ("scores in the hundreds").
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,40 +15,48 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from .messages import Msg
-from .types import Call, Case, Mutant, NoGradient
+from .kit import (
+    M_SOFTMAX_BATCH,
+    M_SOFTMAX_HEADS,
+    M_SOFTMAX_QUERIES,
+    Mistake,
+    case_titles,
+    draw_seed,
+    linear,
+    mutant,
+    random_params,
+)
+from .messages import add_texts
+from .types import Call, Case, NoGradient
 
 # the shapes of computation the exercises 01-07 declare (grade/exercises/): one head (self-attention, causal), the
 # wrapper's separate heads, weight-split heads (MHA, GQA, interview mode), weight-split heads with a KV cache
 FORMS = ("single_head", "wrapper", "heads", "cached")
 
 
-@dataclass(frozen=True)
-class Variant:
-    """Flags of the reference forward; the defaults are the correct computation."""
-    scale: str = "head_dim"     # head_dim | d_out | d_in | none | no_sqrt
-    softmax_dim: int = -1       # -1 keys (right) | -2 queries | 1 heads (queries for one head) | 0 batch
-    softmax: str = "stable"     # stable | naive (exp / sum without subtracting the row max)
-    mask: str = "causal"        # causal | none | inverted | zero_fill | after_softmax | diagonal | top_left
-                                # | unsliced | square_slice | first_chunk_only
-    fill: float = float("-inf")  # value written into hidden scores
-    split: str = "ok"           # ok | no_transpose
-    merge: str = "ok"           # ok | no_transpose | d_in (merged into the input's width: fails unless d_in == d_out)
-    out_proj: bool = True
-    keys_from: str = "W_key"    # which projection makes the keys
-    values_from: str = "W_value"
-    kv_layout: str = "interleave"  # interleave | tile | group0
-    cache: str = "ok"           # ok | only_new | not_updated | wrong_axis | own_state
-    wrapper: str = "ok"         # ok | shared | sum | cat_tokens
-    grad: str = "ok"            # ok | detach_kv | detach_weights | no_grad
-
-
 # ---------------------------------------------------------------------------------------------
 # the reference forward
 
 
-def _lin(p, name, x):
-    return F.linear(x, p[name + ".weight"], p.get(name + ".bias"))
+@dataclass(frozen=True)
+class Variant:
+    """Flags of the reference forward; the defaults are the correct computation."""
+
+    scale: str = "head_dim"  # head_dim | d_out | d_in | none | no_sqrt
+    softmax_dim: int = -1  # -1 keys (right) | -2 queries | 1 heads (queries for one head) | 0 batch
+    softmax: str = "stable"  # stable | naive (exp / sum without subtracting the row max)
+    mask: str = "causal"  # causal | none | inverted | zero_fill | after_softmax | diagonal | top_left
+    # | unsliced | square_slice | first_chunk_only
+    fill: float = float("-inf")  # value written into hidden scores
+    split: str = "ok"  # ok | no_transpose
+    merge: str = "ok"  # ok | no_transpose | d_in (merged into the input's width: fails unless d_in == d_out)
+    out_proj: bool = True
+    keys_from: str = "W_key"  # which projection makes the keys
+    values_from: str = "W_value"
+    kv_layout: str = "interleave"  # interleave | tile | group0
+    cache: str = "ok"  # ok | only_new | not_updated | wrong_axis | own_state
+    wrapper: str = "ok"  # ok | shared | sum | cat_tokens
+    grad: str = "ok"  # ok | detach_kv | detach_weights | no_grad
 
 
 def _hide_mask(v: Variant, num_q, num_k, context_length, past_len):
@@ -74,8 +83,13 @@ def _softmax(scores, v: Variant):
 def _core(q, k, val, v: Variant, cfg, past_len):
     """Scaled dot-product attention with the variant's mistakes. q (B, h, Sq, hd), k/val (B, h, Sk, hd)."""
     hd = q.shape[-1]
-    scale = {"head_dim": math.sqrt(hd), "d_out": math.sqrt(cfg["d_out"]), "d_in": math.sqrt(cfg["d_in"]),
-             "none": 1.0, "no_sqrt": float(hd)}[v.scale]
+    scale = {
+        "head_dim": math.sqrt(hd),
+        "d_out": math.sqrt(cfg["d_out"]),
+        "d_in": math.sqrt(cfg["d_in"]),
+        "none": 1.0,
+        "no_sqrt": float(hd),
+    }[v.scale]
     if v.grad == "detach_kv":
         k, val = k.detach(), val.detach()
     scores = q @ k.transpose(-2, -1) / scale  # (B, h, Sq, Sk)
@@ -99,9 +113,9 @@ def _split(t, heads, v: Variant):
 
 def _single_head(p, x, cfg, v: Variant, prefix=""):
     """Single-head attention (self_attention, causal, one wrapper head): (..., T, d_in) -> (..., T, d_out)."""
-    q = _lin(p, prefix + "W_query", x)
-    k = _lin(p, prefix + v.keys_from, x)
-    val = _lin(p, prefix + v.values_from, x)
+    q = linear(p, prefix + "W_query", x)
+    k = linear(p, prefix + v.keys_from, x)
+    val = linear(p, prefix + v.values_from, x)
     return _core(q, k, val, v, cfg, 0)
 
 
@@ -112,8 +126,7 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
         return _single_head(p, x, cfg, v)
     if form == "wrapper":
         nh = cfg["num_heads"]
-        heads = [_single_head(p, x, cfg, v, "heads.0." if v.wrapper == "shared" else f"heads.{i}.")
-                 for i in range(nh)]
+        heads = [_single_head(p, x, cfg, v, "heads.0." if v.wrapper == "shared" else f"heads.{i}.") for i in range(nh)]
         if v.wrapper == "sum":
             return torch.stack(heads).sum(0)
         return torch.cat(heads, dim=1 if v.wrapper == "cat_tokens" else -1)
@@ -121,9 +134,9 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
     nh = cfg["num_heads"]
     ng = cfg.get("num_kv_groups", nh)
     b, n, _ = x.shape
-    q = _split(_lin(p, "W_query", x), nh, v)  # (B, nh, T, hd)
-    k = _split(_lin(p, v.keys_from, x), ng, v)  # (B, ng, T, hd)
-    val = _split(_lin(p, v.values_from, x), ng, v)
+    q = _split(linear(p, "W_query", x), nh, v)  # (B, nh, T, hd)
+    k = _split(linear(p, v.keys_from, x), ng, v)  # (B, ng, T, hd)
+    val = _split(linear(p, v.values_from, x), ng, v)
     present, past_len = None, 0
     if past is not None:
         past_len = past[0].shape[2]
@@ -132,8 +145,13 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
     else:
         k_all, v_all = k, val
     if use_cache:
-        present = {"ok": (k_all, v_all), "wrong_axis": (k_all, v_all), "own_state": (k_all, v_all),
-                   "only_new": (k, val), "not_updated": past if past is not None else (k, val)}[v.cache]
+        present = {
+            "ok": (k_all, v_all),
+            "wrong_axis": (k_all, v_all),
+            "own_state": (k_all, v_all),
+            "only_new": (k, val),
+            "not_updated": past if past is not None else (k, val),
+        }[v.cache]
     group = nh // ng
     if v.kv_layout == "group0":  # every query head reads group 0
         k_all, v_all = k_all[:, :1].expand(-1, nh, -1, -1), v_all[:, :1].expand(-1, nh, -1, -1)
@@ -143,9 +161,12 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
         else:  # tiled
             k_all, v_all = k_all.repeat(1, group, 1, 1), v_all.repeat(1, group, 1, 1)
     ctx = _core(q, k_all, v_all, v, cfg, past_len)  # (B, nh, T, hd)
-    ctx = ctx.reshape(b, n, -1) if v.merge == "no_transpose" else ctx.transpose(1, 2).reshape(
-        b, n, x.shape[-1] if v.merge == "d_in" else -1)
-    out = _lin(p, "out_proj", ctx) if v.out_proj else ctx
+    ctx = (
+        ctx.reshape(b, n, -1)
+        if v.merge == "no_transpose"
+        else ctx.transpose(1, 2).reshape(b, n, x.shape[-1] if v.merge == "d_in" else -1)
+    )
+    out = linear(p, "out_proj", ctx) if v.out_proj else ctx
     return (out, present) if form == "cached" else out
 
 
@@ -163,8 +184,13 @@ def _with_grad(form, case: Case, v: Variant, call: Call, tag: str) -> dict:
         (out * call.grad).sum().backward()
     absent = case.meta.get("absent", ())  # biases the learner's class does not have: no gradient to compare
     grads = {f"{tag}.grad.x": x.grad}
-    grads.update({f"{tag}.grad.{k}": (t.grad if t.grad is not None else torch.zeros_like(t))
-                  for k, t in params.items() if k not in absent})
+    grads.update(
+        {
+            f"{tag}.grad.{k}": (t.grad if t.grad is not None else torch.zeros_like(t))
+            for k, t in params.items()
+            if k not in absent
+        }
+    )
     return {f"{tag}.out": out.detach(), **grads}
 
 
@@ -185,12 +211,14 @@ def expected_outputs(form, case: Case, v: Variant = Variant()):
             if call.use_cache is None:
                 outs[f"{tag}.out"] = reference_forward(form, case.params, call.x, case.ctor, v)
                 continue
-            past = (presents[call.past] if isinstance(call.past, int) else
-                    case.given_past if call.past == "given" else None)
+            past = (
+                presents[call.past] if isinstance(call.past, int) else case.given_past if call.past == "given" else None
+            )
             if v.cache == "own_state":  # the module keeps its own K/V and ignores past_key_value
                 past = state if call.past is not None else None
-            out, present = reference_forward(form, case.params, call.x, case.ctor, v, past=past,
-                                             use_cache=call.use_cache)
+            out, present = reference_forward(
+                form, case.params, call.x, case.ctor, v, past=past, use_cache=call.use_cache
+            )
             if v.cache == "own_state" and call.use_cache:
                 state = present
             presents[i] = present
@@ -223,26 +251,18 @@ def param_shapes(form, cfg) -> dict:
     kv_width = d_out
     if "num_kv_groups" in cfg:
         kv_width = cfg["num_kv_groups"] * (d_out // cfg["num_heads"])
-    shapes = {**linear("W_query", d_in, d_out, bias), **linear("W_key", d_in, kv_width, bias),
-              **linear("W_value", d_in, kv_width, bias)}
+    shapes = {
+        **linear("W_query", d_in, d_out, bias),
+        **linear("W_key", d_in, kv_width, bias),
+        **linear("W_value", d_in, kv_width, bias),
+    }
     if form != "single_head":
         shapes.update(linear("out_proj", d_out, d_out, True))
     return shapes
 
 
-def random_params(shapes: dict, g) -> dict:
-    """Parameters drawn for a case: weights N(0, (1.5 / sqrt(fan_in))^2), biases N(0, 0.2^2), so that the
-    scores are far from uniform and a wrong scale or mask changes the output a lot."""
-    return {name: torch.randn(shape, generator=g) * (1.5 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.2)
-            for name, shape in shapes.items()}
-
-
 def _draw_params(form, ctor, g):
     return random_params(param_shapes(form, ctor), g)
-
-
-def draw_seed(g) -> int:
-    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
 
 
 def _shift_scores(params, x, g, size=400.0):
@@ -296,29 +316,50 @@ def train_case(form, name, g, batch, tokens, **ctor):
     params = _draw_params(form, ctor, g)
     d_in, d_out = ctor["d_in"], ctor["d_out"]
     x = torch.eye(tokens, d_in).expand(batch, tokens, d_in).clone()
-    for prefix in ([f"heads.{i}." for i in range(ctor["num_heads"])] if form == "wrapper" else [""]):
+    for prefix in [f"heads.{i}." for i in range(ctor["num_heads"])] if form == "wrapper" else [""]:
         w = params[prefix + "W_value.weight"]
         hd = d_out if form in ("single_head", "wrapper") else d_out // ctor["num_heads"]
         w.zero_()
         for head in range(w.shape[0] // hd):
-            w[head * hd:head * hd + tokens, :tokens] = torch.eye(tokens)
+            w[head * hd : head * hd + tokens, :tokens] = torch.eye(tokens)
         if prefix + "W_value.bias" in params:
             params[prefix + "W_value.bias"].zero_()
     if "out_proj.weight" in params:
         params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
         params["out_proj.bias"] = torch.zeros(d_out)
     use_cache = False if form == "cached" else None
-    calls = [Call(x, seed=draw_seed(g), use_cache=use_cache),
-             Call(x, train=True, seed=draw_seed(g), use_cache=use_cache)]
+    calls = [
+        Call(x, seed=draw_seed(g), use_cache=use_cache),
+        Call(x, train=True, seed=draw_seed(g), use_cache=use_cache),
+    ]
     return Case(name, ctor, params, calls, kind="train", meta={"tokens": tokens})
+
+
+def gradients_case(form, g, x_shape, **ctor):
+    """The shared case "gradients of the parameters and the input": the learner's backward of (out * grad).sum()."""
+    return grad_case(form, "gradients of the parameters and the input", g, x_shape, **ctor)
+
+
+def training_case(form, g, batch, tokens, **ctor):
+    """The shared case "training mode, dropout 0.5" (``train_case``: dropout made visible)."""
+    if ctor.setdefault("dropout", 0.5) != 0.5:
+        raise ValueError("the training-mode case is the one with dropout 0.5")
+    return train_case(form, "training mode, dropout 0.5", g, batch, tokens, **ctor)
+
+
+def large_scores_case(form, g, x_shape, **ctor):
+    """The shared case "scores in the hundreds (a large key bias)": a softmax without its maximum overflows."""
+    return make_case(form, "scores in the hundreds (a large key bias)", g, x_shape, large=True, **ctor)
 
 
 def given_past_case(form, name, g, batch, n_past, n_new, **ctor):
     """A past the module never produced: keys and values of earlier tokens handed in directly."""
     case = make_case(form, name, g, (batch, n_new, ctor["d_in"]), **ctor)
     heads, hd = ctor["num_heads"], ctor["d_out"] // ctor["num_heads"]
-    case.given_past = (torch.randn(batch, heads, n_past, hd, generator=g),
-                       torch.randn(batch, heads, n_past, hd, generator=g))
+    case.given_past = (
+        torch.randn(batch, heads, n_past, hd, generator=g),
+        torch.randn(batch, heads, n_past, hd, generator=g),
+    )
     case.calls = [Call(case.x, seed=draw_seed(g), past="given", use_cache=True)]
     case.kind = "cache"
     return case
@@ -330,9 +371,12 @@ def interleaved_case(form, name, g, batch, **ctor):
     ctor.setdefault("qkv_bias", False)
     params = _draw_params(form, ctor, g)
     a, b = torch.randn(batch, 5, d_in, generator=g), torch.randn(batch, 5, d_in, generator=g)
-    calls = [Call(a[:, :3], seed=draw_seed(g), use_cache=True), Call(b[:, :2], seed=draw_seed(g), use_cache=True),
-             Call(a[:, 3:5], seed=draw_seed(g), past=0, use_cache=True), Call(b[:, 2:5], seed=draw_seed(g), past=1,
-                                                                          use_cache=True)]
+    calls = [
+        Call(a[:, :3], seed=draw_seed(g), use_cache=True),
+        Call(b[:, :2], seed=draw_seed(g), use_cache=True),
+        Call(a[:, 3:5], seed=draw_seed(g), past=0, use_cache=True),
+        Call(b[:, 2:5], seed=draw_seed(g), past=1, use_cache=True),
+    ]
     return Case(name, ctor, params, calls, kind="cache")
 
 
@@ -351,82 +395,32 @@ def expected_for(form: str):
     return functools.partial(expected_outputs, form)
 
 
-def cached_outputs(expected, case: Case, v):
-    """``expected(case, v)`` (an exercise's expected outputs), memoized on the case; an exception is returned
-    (not raised) for crashing variants."""
-    memo = case.meta.setdefault("expected", {})
-    if v not in memo:
-        case.meta["step"] = 1
-        try:
-            memo[v] = expected(case, v)
-        except Exception as exc:  # noqa: BLE001 - the mistake makes the reference crash too
-            exc.step = case.meta["step"]
-            exc.where = getattr(exc, "where", "forward")
-            memo[v] = exc
-    return memo[v]
-
-
 # ---------------------------------------------------------------------------------------------
-# the misconception catalogue: diagnosis keys (their learner-facing texts are in messages.py)
+# the mistakes several exercises of 01-07 make (one exercise's own are in its module)
 
 CAUSAL = Variant()
 PLAIN = Variant(mask="none")
 
-
-def _mistake(key: str, text: str | None = None):
-    """(diagnosis key, its text): the text is messages.py's 'mutant.<text or key>', in English and Chinese."""
-    return key, Msg("mutant." + (text or key))
-
-
-M_NO_SCALE = _mistake("no_scale")
-M_NO_SQRT = _mistake("scale_no_sqrt")
-M_SCALE_D_OUT = _mistake("scale_d_out")
-M_SCALE_D_IN = _mistake("scale_d_in")
-M_SOFTMAX = _mistake("softmax_wrong_axis")
-M_SOFTMAX_HEADS = _mistake("softmax_wrong_axis", "softmax_heads_axis")
-M_SOFTMAX_BATCH = _mistake("softmax_wrong_axis", "softmax_batch_axis")  # a fixed dim=0, as on notebook 01's 1-D scores
-M_SOFTMAX_DIM1 = _mistake("softmax_wrong_axis", "softmax_fixed_dim1")  # one head: keys unbatched, queries batched
-M_INVERTED = _mistake("mask_inverted")
-M_ZERO_FILL = _mistake("mask_zero_fill")
-M_AFTER_SOFTMAX = _mistake("mask_after_softmax")
-M_DIAGONAL = _mistake("diagonal_masked")
-M_NO_MASK = _mistake("no_causal_mask")
-M_UNSLICED = _mistake("mask_not_sliced")
-M_KEYS_Q = _mistake("keys_from_query")
-M_VALUES_K = _mistake("values_from_key")
-M_SPLIT = _mistake("split_no_transpose")
-M_MERGE = _mistake("merge_no_transpose")
-M_NO_OUT = _mistake("no_out_proj")
-M_CAUSAL_SA = _mistake("causal_in_self_attention")
-M_SHARED = _mistake("wrapper_shared_weights")
-M_SUM = _mistake("wrapper_summed")
-M_CAT_TOKENS = _mistake("wrapper_cat_wrong_axis")
-M_TILED = _mistake("kv_tiled")
-M_GROUP0 = _mistake("kv_one_group")
-M_TOP_LEFT = _mistake("mask_top_left")
-M_FIRST_ONLY = _mistake("mask_only_without_cache")
-M_SQUARE = _mistake("mask_square_slice")
-M_ONLY_NEW = _mistake("cache_only_new")
-M_NOT_UPDATED = _mistake("cache_not_updated")
-M_WRONG_AXIS = _mistake("cache_wrong_axis")
-M_NAIVE_SOFTMAX = _mistake("softmax_overflow")
-M_DETACH_KV = _mistake("grad_detached_kv")
-M_DETACH_WEIGHTS = _mistake("grad_detached_weights")
-M_NO_GRAD = _mistake("grad_none")
-M_LEAVES_AUTOGRAD = _mistake("grad_leaves_autograd")
-M_SPLIT_MERGE = _mistake("split_merge_no_transpose")
-M_MERGE_D_IN = _mistake("merge_input_width")
-M_IGNORES_PAST = _mistake("cache_ignores_past")
-DROPOUT_IGNORED = _mistake("dropout_ignored")
-DROPOUT_ON_SCORES = _mistake("dropout_on_scores")
-DROPOUT_ON_OUTPUT = _mistake("dropout_on_output")
-DROPOUT_WRONG = _mistake("dropout_wrong")
-DROPOUT_EVAL = _mistake("dropout_in_eval")
-NOT_IMPLEMENTED = "not_implemented"
-
-
-def mutant(pair, variant, outputs_only=False, paired=True):
-    return Mutant(pair[0], pair[1], variant, outputs_only, paired)
+M_NO_SCALE = Mistake("no_scale")
+M_NO_SQRT = Mistake("scale_no_sqrt")
+M_SCALE_D_OUT = Mistake("scale_d_out")
+M_SCALE_D_IN = Mistake("scale_d_in")
+M_INVERTED = Mistake("mask_inverted")
+M_ZERO_FILL = Mistake("mask_zero_fill")
+M_AFTER_SOFTMAX = Mistake("mask_after_softmax")
+M_DIAGONAL = Mistake("diagonal_masked")
+M_NO_MASK = Mistake("no_causal_mask")
+M_UNSLICED = Mistake("mask_not_sliced")
+M_KEYS_Q = Mistake("keys_from_query")
+M_VALUES_K = Mistake("values_from_key")
+M_SPLIT = Mistake("split_no_transpose")
+M_MERGE = Mistake("merge_no_transpose")
+M_SPLIT_MERGE = Mistake("split_merge_no_transpose")
+M_NO_OUT = Mistake("no_out_proj")
+M_NAIVE_SOFTMAX = Mistake("softmax_overflow")
+M_DETACH_KV = Mistake("grad_detached_kv")
+M_DETACH_WEIGHTS = Mistake("grad_detached_weights")
+M_NO_GRAD = Mistake("grad_none")
 
 
 def causal_mutants(base: Variant):
@@ -445,42 +439,143 @@ def causal_mutants(base: Variant):
 
 def grad_mutants(base: Variant):
     """Mistakes only the gradients (and large scores) show: the eval-mode outputs are right."""
-    return [mutant(M_NAIVE_SOFTMAX, replace(base, softmax="naive")),
-            mutant(M_NO_GRAD, replace(base, grad="no_grad")),
-            mutant(M_DETACH_KV, replace(base, grad="detach_kv")),
-            mutant(M_DETACH_WEIGHTS, replace(base, grad="detach_weights"))]
+    return [
+        mutant(M_NAIVE_SOFTMAX, replace(base, softmax="naive")),
+        mutant(M_NO_GRAD, replace(base, grad="no_grad")),
+        mutant(M_DETACH_KV, replace(base, grad="detach_kv")),
+        mutant(M_DETACH_WEIGHTS, replace(base, grad="detach_weights")),
+    ]
 
 
 def scale_softmax_mutants(base: Variant):
     """The scale and softmax mistakes of weight-split heads (MHA, GQA)."""
-    return [mutant(M_SCALE_D_OUT, replace(base, scale="d_out")), mutant(M_SCALE_D_IN, replace(base, scale="d_in")),
-            mutant(M_NO_SCALE, replace(base, scale="none")), mutant(M_NO_SQRT, replace(base, scale="no_sqrt")),
-            mutant(M_SOFTMAX, replace(base, softmax_dim=-2)), mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1)),
-            mutant(M_SOFTMAX_BATCH, replace(base, softmax_dim=0), paired=False)]
+    return [
+        mutant(M_SCALE_D_OUT, replace(base, scale="d_out")),
+        mutant(M_SCALE_D_IN, replace(base, scale="d_in")),
+        mutant(M_NO_SCALE, replace(base, scale="none")),
+        mutant(M_NO_SQRT, replace(base, scale="no_sqrt")),
+        mutant(M_SOFTMAX_QUERIES, replace(base, softmax_dim=-2)),
+        mutant(M_SOFTMAX_HEADS, replace(base, softmax_dim=1)),
+        mutant(M_SOFTMAX_BATCH, replace(base, softmax_dim=0), paired=False),
+    ]
 
 
 def heads_mutants(base: Variant):
-    return [mutant(M_SPLIT_MERGE, replace(base, split="no_transpose", merge="no_transpose")),
-            mutant(M_SPLIT, replace(base, split="no_transpose")),
-            mutant(M_MERGE, replace(base, merge="no_transpose")),
-            mutant(M_NO_OUT, replace(base, out_proj=False))]
+    return [
+        mutant(M_SPLIT_MERGE, replace(base, split="no_transpose", merge="no_transpose")),
+        mutant(M_SPLIT, replace(base, split="no_transpose")),
+        mutant(M_MERGE, replace(base, merge="no_transpose")),
+        mutant(M_NO_OUT, replace(base, out_proj=False)),
+    ]
 
 
-def mutant_pairs(singles: list, base) -> list[Mutant]:
-    """Two known mistakes at once, named together: the combinations of the ``singles`` (an exercise's mutants)
-    that change different flags of its correct variant ``base``."""
-    seen, pairs = set(), []
-    for i, a in enumerate(singles):
-        for b in singles[i + 1:]:
-            if a.key == b.key or a.outputs_only or b.outputs_only or not (a.paired and b.paired):
-                continue
-            fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
-            fb = {f for f in base.__dataclass_fields__ if getattr(b.variant, f) != getattr(base, f)}
-            if not fa or not fb or fa & fb:
-                continue
-            combined = replace(a.variant, **{f: getattr(b.variant, f) for f in fb})
-            if combined in seen:
-                continue
-            seen.add(combined)
-            pairs.append(Mutant(f"{a.key}+{b.key}", Msg("two_mistakes", first=a.message, second=b.message), combined))
-    return pairs
+TEXTS: dict[str, tuple[str, str]] = {
+    "mutant.no_scale": (
+        "scores are not scaled: divide Q·Kᵀ by √head_dim before the softmax",
+        "注意力分数没有缩放：softmax 之前要把 Q·Kᵀ 除以 √head_dim",
+    ),
+    "mutant.scale_no_sqrt": (
+        "scores divided by head_dim instead of √head_dim",
+        "注意力分数除以了 head_dim，应当除以 √head_dim",
+    ),
+    "mutant.scale_d_out": (
+        "scores scaled by √d_out (d_model) instead of √head_dim (head_dim = d_out // num_heads)",
+        "注意力分数除以了 √d_out（d_model），应当除以 √head_dim（head_dim = d_out // num_heads）",
+    ),
+    "mutant.scale_d_in": (
+        "scores scaled by √d_in instead of √head_dim (the keys' width, d_out // num_heads)",
+        "注意力分数除以了 √d_in，应当除以 √head_dim（键向量的宽度，d_out // num_heads）",
+    ),
+    "mutant.mask_inverted": (
+        "causal mask inverted: tokens see the future but not the past (True = hide and "
+        "True = allow mixed up, e.g. masked_fill(mask == 0, ...) on a triu mask)",
+        "因果掩码反了：token 能看到未来，却看不到过去（把“True = 遮住”和“True = 允许”弄混了，"
+        "例如对 triu 掩码用了 masked_fill(mask == 0, ...)）",
+    ),
+    "mutant.mask_zero_fill": (
+        "masked scores filled with 0 instead of -inf: softmax still gives the hidden (future) keys weight exp(0)",
+        "被遮住的分数填成了 0 而不是 -inf：softmax 仍会给被遮住的（未来的）键 exp(0) 的权重",
+    ),
+    "mutant.mask_after_softmax": (
+        "mask applied after the softmax: the remaining weights no longer sum to 1; fill the "
+        "scores with -inf before the softmax",
+        "掩码加在了 softmax 之后：剩下的权重加起来不再等于 1；应当在 softmax 之前把分数填成 -inf",
+    ),
+    "mutant.diagonal_masked": (
+        "diagonal masked too (triu with diagonal=0): a token must attend to itself; use torch.triu(..., diagonal=1)",
+        "对角线也被遮住了（triu 用了 diagonal=0）：token 必须能关注它自己；请用 torch.triu(..., diagonal=1)",
+    ),
+    "mutant.no_causal_mask": (
+        "no causal mask: tokens attend to later tokens",
+        "没有因果掩码：token 关注到了它后面的 token",
+    ),
+    "mutant.mask_not_sliced": (
+        "mask not sliced to the sequence length: it fails for inputs shorter than "
+        "context_length; use self.mask[:num_tokens, :num_tokens]",
+        "掩码没有按序列长度切片：输入比 context_length 短时就会出错；请用 self.mask[:num_tokens, :num_tokens]",
+    ),
+    "mutant.keys_from_query": (
+        "keys computed with the query weights: use self.W_key(x)",
+        "键是用查询的权重算出来的：应当用 self.W_key(x)",
+    ),
+    "mutant.values_from_key": (
+        "values computed with the key weights: use self.W_value(x)",
+        "值是用键的权重算出来的：应当用 self.W_value(x)",
+    ),
+    "mutant.split_no_transpose": (
+        "heads split without transposing: view(b, num_heads, T, head_dim) mixes tokens into "
+        "heads; use view(b, T, num_heads, head_dim).transpose(1, 2)",
+        "拆分多头时没有转置：view(b, num_heads, T, head_dim) 会把不同 token 的特征混进同一个头；"
+        "请用 view(b, T, num_heads, head_dim).transpose(1, 2)",
+    ),
+    "mutant.merge_no_transpose": (
+        "heads merged without transposing back: transpose(1, 2) the (b, num_heads, T, "
+        "head_dim) context to (b, T, num_heads, head_dim) before .view(b, T, d_out)",
+        "合并多头前忘了把维度转置回来：先用 transpose(1, 2) 把形状为 (b, num_heads, T, "
+        "head_dim) 的上下文向量变成 (b, T, num_heads, head_dim)，再 .view(b, T, d_out)",
+    ),
+    "mutant.no_out_proj": (
+        "missing output projection: apply self.out_proj to the merged heads",
+        "缺少输出投影：合并多头之后还要经过 self.out_proj",
+    ),
+    "mutant.split_merge_no_transpose": (
+        "heads split with view(b, num_heads, T, head_dim) and merged back with "
+        "view(b, T, d_out), without transposes: each 'head' then mixes tokens; use "
+        "view(b, T, num_heads, head_dim).transpose(1, 2) and transpose back before "
+        "merging",
+        "拆分多头用了 view(b, num_heads, T, head_dim)，合并又用了 view(b, T, d_out)，"
+        "两处都没有转置：这样每个“头”里混着不同 token 的特征；请用 "
+        "view(b, T, num_heads, head_dim).transpose(1, 2)，合并前再转置回来",
+    ),
+    "mutant.softmax_overflow": (
+        "softmax without subtracting the row max: exp() overflows to inf for large scores and "
+        "the weights become NaN; use torch.softmax (or subtract scores.amax(-1, keepdim=True))",
+        "softmax 没有先减去每行的最大值：分数很大时 exp() 溢出成 inf，权重变成 NaN；请用 "
+        "torch.softmax（或先减去 scores.amax(-1, keepdim=True)）",
+    ),
+    "mutant.grad_detached_kv": (
+        "no gradient reaches W_key and W_value: keys/values are .detach()ed (or rebuilt from "
+        ".data); keep them in the autograd graph",
+        "梯度传不到 W_key 和 W_value：键/值被 .detach() 了（或用 .data 重新构造）；要让它们留在 autograd 的计算图里",
+    ),
+    "mutant.grad_detached_weights": (
+        "no gradient flows through the attention weights to W_query and W_key: they are "
+        ".detach()ed or computed outside autograd (.numpy(), .tolist(), "
+        "torch.tensor(...))",
+        "梯度无法经过注意力权重传到 W_query 和 W_key：权重被 .detach() 了，或是在 autograd "
+        "之外算的（.numpy()、.tolist()、torch.tensor(...)）",
+    ),
+    "mutant.grad_none": (
+        "the output carries no gradient: forward runs under torch.no_grad() (or detaches its result), "
+        "so the module could never be trained",
+        "输出不带梯度：forward 在 torch.no_grad() 下运行（或把结果 detach 了），这样的模块根本没法训练",
+    ),
+    **case_titles(
+        {
+            "gradients of the parameters and the input": "参数和输入的梯度",
+            "scores in the hundreds (a large key bias)": "分数上百（键的 bias 很大）",
+            "training mode, dropout 0.5": "训练模式，dropout 0.5",
+        }
+    ),
+}
+add_texts(TEXTS)
