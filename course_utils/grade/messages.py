@@ -31,6 +31,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "not_implemented.write": ("not implemented yet: write {name} (it raises NotImplementedError)",
                               "还没有实现：请写出 {name}（它现在会抛出 NotImplementedError）"),
     "not_implemented.define_class": ("not implemented yet: define class {name}", "还没有实现：请定义类 {name}"),
+    "not_implemented.define_module": ("not implemented yet: define your attention class (an nn.Module, named "
+                                      "{name} or anything else)",
+                                      "还没有实现：请定义你的注意力类（一个 nn.Module，叫 {name} 或别的名字都可以）"),
     "not_implemented.define_function": ("not implemented yet: define function {name}",
                                         "还没有实现：请定义函数 {name}"),
     "not_implemented.answer": ("not implemented yet: answer {question}", "还没有作答：{question}"),
