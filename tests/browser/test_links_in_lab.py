@@ -1,0 +1,127 @@
+"""Every link of both READMEs, both notebook indexes and the glossary, clicked inside JupyterLab as a learner clicks
+it: it opens the file it names (no "is a directory" or "cannot open" dialog) and, for a #anchor, scrolls to that
+heading. Each distinct target is clicked once, from the first of those files that links it. The fast check of the
+same links, without a browser, is tests/test_links.py.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import posixpath
+import re
+import time
+from pathlib import PurePosixPath
+from urllib.parse import unquote
+
+import pytest
+from jlab import ROOT, SKIP_REASON, browser_tests_wanted, chromium_path
+
+from tests.test_links import FRONT_DOORS, links
+
+if not browser_tests_wanted() or chromium_path() is None:
+    if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
+        raise RuntimeError("CI asked for the browser test (RUN_BROWSER_TESTS=1) but `chromium` is not on PATH")
+    pytest.skip(SKIP_REASON, allow_module_level=True)
+if importlib.util.find_spec("playwright") is None:
+    pytest.skip("browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True)
+
+# the links of the current document as JupyterLab rendered them (its heading marks left out), in source order
+_LINKS_JS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  if (!w || !w.node.querySelector('.jp-RenderedMarkdown')) return null;
+  return [...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')]
+    .filter(a => !a.classList.contains('jp-InternalAnchorLink')).length;
+}"""
+
+_CLICK_JS = """(i) => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const a = [...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')]
+    .filter(a => !a.classList.contains('jp-InternalAnchorLink'))[i];
+  a.scrollIntoView({block: 'center'});
+}"""
+
+# where the learner is now: the open document's path, any dialog, and whether the anchor's heading is in view
+_WHERE_JS = """(fragment) => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const dialog = document.querySelector('.jp-Dialog');
+  const out = {path: w && w.context ? w.context.path : null, dialog: dialog ? dialog.innerText.slice(0, 300) : '',
+               found: false, inView: false};
+  if (w && fragment) {
+    const esc = CSS.escape(fragment);
+    const el = w.node.querySelector(`[data-jupyter-id="${esc}"], [id="${esc}"]`);
+    if (el) {
+      out.found = true;
+      const box = w.node.getBoundingClientRect(), r = el.getBoundingClientRect();
+      out.inView = r.top >= box.top - 5 && r.top <= box.top + box.height * 0.6;
+    }
+  }
+  return out;
+}"""
+
+
+def _targets():
+    """(source file, link position in it, repository path it lands on, fragment), each target once."""
+    seen, found = set(), []
+    for source in FRONT_DOORS:
+        position = 0
+        for target in links((ROOT / source).read_text(encoding="utf-8")):
+            index, position = position, position + 1
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # the web: no network here, not JupyterLab's
+                continue
+            file_part, _, fragment = target.partition("#")
+            lands = posixpath.normpath(str(PurePosixPath(source).parent / unquote(file_part))) if file_part else source
+            key = (lands, unquote(fragment)) if file_part else (source, lands, unquote(fragment))
+            if key not in seen:
+                seen.add(key)
+                found.append((source, index, lands, unquote(fragment)))
+    return found
+
+
+def _open(page, path):
+    """Close everything, then open ``path`` as a learner sees it: rendered (as make lab shows the index)."""
+    page.evaluate("(p) => window.jupyterapp.commands.execute('application:close-all').then(() => window.jupyterapp"
+                  ".commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'}))", path)
+    page.wait_for_function(_LINKS_JS, timeout=30_000)
+
+
+def _landed(page, path, fragment, timeout_s=20):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        where = page.evaluate(_WHERE_JS, fragment)
+        if where["dialog"] or (where["path"] == path and (not fragment or where["inView"])):
+            return where
+        if time.monotonic() > deadline:
+            return where
+        page.wait_for_timeout(200)
+
+
+@pytest.mark.parametrize("source", FRONT_DOORS)
+def test_every_link_opens_its_file_or_heading_in_jupyterlab(source, lab_server, page):
+    page.goto(lab_server.url(source))
+    page.wait_for_function("() => window.jupyterapp && ['application:close-all', 'docmanager:open']"
+                           ".every(c => window.jupyterapp.commands.hasCommand(c))", timeout=60_000)
+    targets = [t for t in _targets() if t[0] == source]
+    _open(page, source)
+    rendered = page.evaluate(_LINKS_JS)
+    assert rendered == len(links((ROOT / source).read_text(encoding="utf-8"))), \
+        f"{source}: JupyterLab rendered {rendered} links, the Markdown has another number"
+    wrong = []
+    for n, (_, index, lands, fragment) in enumerate(targets):
+        target = lands + (f"#{fragment}" if fragment else "")
+        _open(page, source)
+        page.evaluate(_CLICK_JS, index)
+        page.locator(".jp-RenderedMarkdown a[href]:not(.jp-InternalAnchorLink)").nth(index).click()
+        where = _landed(page, lands, fragment)
+        if where["dialog"]:
+            wrong.append(f"link {index} -> {target}: JupyterLab says {where['dialog']!r}")
+        elif where["path"] != lands:
+            wrong.append(f"link {index} -> {lands}: opened {where['path']!r}")
+        elif fragment and not where["found"]:
+            wrong.append(f"link {index} -> {target}: no such heading in JupyterLab's rendering")
+        elif fragment and not where["inView"]:
+            wrong.append(f"link {index} -> {target}: opened at the top, not at the heading")
+        if where["dialog"]:
+            page.keyboard.press("Escape")
+        if n % 10 == 9:
+            lab_server.shutdown_kernels()  # notebooks opened by their links start kernels: free the CPU
+    assert not wrong, f"{source}:\n  " + "\n  ".join(wrong)
