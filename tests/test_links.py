@@ -4,6 +4,7 @@ file, and every #anchor on its heading, on GitHub and inside JupyterLab alike.
 The two name headings differently: GitHub lower-cases the heading's text, drops its punctuation and joins words
 with "-" ("the-path-through-the-course"); JupyterLab keeps the text as it is, spaces turned into "-"
 ("The-path-through-the-course"). An anchor must match both, or an explicit ``<a id="..."></a>`` (which both keep).
+And it must be ASCII: JupyterLab looks the fragment up percent-encoded, so "#学习路线" opens the file at its top.
 A link to a folder opens an "is a directory" error in JupyterLab: links go to files.
 The browser test (tests/browser/test_links_in_lab.py) clicks them in a real JupyterLab.
 """
@@ -73,6 +74,9 @@ def broken(source: str, root: Path = ROOT) -> list[str]:
             problems.append(f"{target}: no such file")
         elif landed.is_dir():
             problems.append(f"{target}: a folder (JupyterLab cannot open a folder from a link)")
+        elif fragment and not fragment.isascii():
+            problems.append(f"{target}: JupyterLab looks a fragment up percent-encoded and never finds a non-ASCII one "
+                            f"(give the heading an ASCII <a id=\"...\"></a>)")
         elif fragment and unquote(fragment) not in anchors(landed):
             problems.append(f"{target}: no heading {unquote(fragment)!r} in {landed.relative_to(root)} that GitHub "
                             f"and JupyterLab both name so (add <a id=\"{unquote(fragment)}\"></a> above it)")
@@ -98,7 +102,7 @@ def test_the_checker_finds_what_broke(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# Top\n\n## Two words\n\n<a id=\"kept\"></a>\n## Mixed Case\n")
     (tmp_path / "b.md").write_text("[x](docs/a.md#two-words) [y](docs/) [z](docs/a.md#kept) [w](docs/a.md#gone) "
-                                   "[v](missing.md) [u](https://example.org/x) [t](#top)\n")
+                                   "[v](missing.md) [u](https://example.org/x) [t](#top) [s](docs/a.md#中文)\n")
     problems = broken("b.md", root=tmp_path)
     assert [p.split(":")[0] for p in problems] == ["docs/a.md#two-words", "docs/", "docs/a.md#gone", "missing.md",
-                                                     "#top"], problems
+                                                     "#top", "docs/a.md#中文"], problems

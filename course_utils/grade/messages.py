@@ -721,7 +721,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "cli.grader_failed_on": ("error: the grader failed on {names}", "错误：评分器在这些提交上出错了：{names}"),
     "cli.need_path": ("give a PATH to grade, or --batch DIR", "请给出要评分的 PATH，或者用 --batch DIR"),
     "cli.grader_failed": ("error: the grader failed: {type}: {error}", "错误：评分器出错了：{type}：{error}"),
-    "cli.not_graded": ("❌ {error}", "❌ 未评分：{error}"),
+    "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
     "cli.note": ("   note: {note}", "   注：{note}"),
 }
 

@@ -25,20 +25,29 @@ if not browser_tests_wanted() or chromium_path() is None:
 if importlib.util.find_spec("playwright") is None:
     pytest.skip("browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True)
 
-# the links of the current document as JupyterLab rendered them (its heading marks left out), in source order
+# the local links of the current document as JupyterLab rendered them, in source order: its heading marks and the
+# web addresses it turns into links left out (a local link's href is the server's /files/ URL, or #anchor)
+_LOCAL = """[...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')].filter(a =>
+    !a.classList.contains('jp-InternalAnchorLink')
+    && (a.getAttribute('href').startsWith('#') || a.href.startsWith(location.origin + '/')))"""
+
 _LINKS_JS = """() => {
   const w = window.jupyterapp.shell.currentWidget;
   if (!w || !w.node.querySelector('.jp-RenderedMarkdown')) return null;
-  return [...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')]
-    .filter(a => !a.classList.contains('jp-InternalAnchorLink')).length;
-}"""
+  return %s.length;
+}""" % _LOCAL
 
 _CLICK_JS = """(i) => {
   const w = window.jupyterapp.shell.currentWidget;
-  const a = [...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')]
-    .filter(a => !a.classList.contains('jp-InternalAnchorLink'))[i];
+  const a = %s[i];
   a.scrollIntoView({block: 'center'});
-}"""
+  a.click();
+}""" % _LOCAL
+
+
+def _local(target: str) -> bool:
+    return not re.match(r"[a-z][a-z0-9+.-]*:", target)  # https:, mailto:: the web, not JupyterLab's
+
 
 # where the learner is now: the open document's path, any dialog, and whether the anchor's heading is in view
 _WHERE_JS = """(fragment) => {
@@ -60,14 +69,11 @@ _WHERE_JS = """(fragment) => {
 
 
 def _targets():
-    """(source file, link position in it, repository path it lands on, fragment), each target once."""
+    """(source file, position among its local links, repository path it lands on, fragment), each target once."""
     seen, found = set(), []
     for source in FRONT_DOORS:
-        position = 0
-        for target in links((ROOT / source).read_text(encoding="utf-8")):
-            index, position = position, position + 1
-            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # the web: no network here, not JupyterLab's
-                continue
+        local = [t for t in links((ROOT / source).read_text(encoding="utf-8")) if _local(t)]
+        for index, target in enumerate(local):
             file_part, _, fragment = target.partition("#")
             lands = posixpath.normpath(str(PurePosixPath(source).parent / unquote(file_part))) if file_part else source
             key = (lands, unquote(fragment)) if file_part else (source, lands, unquote(fragment))
@@ -103,14 +109,13 @@ def test_every_link_opens_its_file_or_heading_in_jupyterlab(source, lab_server, 
     targets = [t for t in _targets() if t[0] == source]
     _open(page, source)
     rendered = page.evaluate(_LINKS_JS)
-    assert rendered == len(links((ROOT / source).read_text(encoding="utf-8"))), \
-        f"{source}: JupyterLab rendered {rendered} links, the Markdown has another number"
+    assert rendered == len([t for t in links((ROOT / source).read_text(encoding="utf-8")) if _local(t)]), \
+        f"{source}: JupyterLab rendered {rendered} local links, the Markdown has another number"
     wrong = []
     for n, (_, index, lands, fragment) in enumerate(targets):
         target = lands + (f"#{fragment}" if fragment else "")
         _open(page, source)
-        page.evaluate(_CLICK_JS, index)
-        page.locator(".jp-RenderedMarkdown a[href]:not(.jp-InternalAnchorLink)").nth(index).click()
+        page.evaluate(_CLICK_JS, index)  # the learner's click: JupyterLab's own handler opens the target
         where = _landed(page, lands, fragment)
         if where["dialog"]:
             wrong.append(f"link {index} -> {target}: JupyterLab says {where['dialog']!r}")
