@@ -537,20 +537,23 @@ def _one_of(group: list, base_first: bool):
 def class_in(namespace: dict, spec: dict, learner_files=None):
     """(the class to grade in ``namespace``, the names of the classes found): what ``check("id", globals())``
     grades, in the notebook's kernel and in the sandbox alike. The exercise's own name first (a function
-    exercise: that name only). Else one nn.Module defined: that one; several: the one that runs the first case,
-    else the one that at least constructs and loads (its error is the learner's to see); of several, the one named
-    like attention. Otherwise None, and the names are listed to the learner."""
+    exercise: that name only). Else, in interview mode, any nn.Module: one defined, that one; several, the one that
+    runs the first case, else the one that at least constructs and loads (its error is the candidate's to see).
+    Otherwise (a follow-up under another name) only a class that runs the first case: the learner's other classes
+    (the MHA a follow-up builds on) are no answer to it. Of several, the one named like attention; else None, and
+    the names are listed to the learner."""
     named = namespace.get(spec["class"])
     if isinstance(named, type) or (spec.get("function") and callable(named)):
         return named, [named.__name__]
+    interview = bool(spec.get("dialects"))
     found = [] if spec.get("function") else defined_modules(namespace)
-    if len(found) == 1:
+    if interview and len(found) == 1:
         return found[0], [found[0].__name__]
     where = {cls: _first_error(cls, spec, learner_files) for cls in found}
     runs = [c for c in found if where[c] == ""]
     constructs = [c for c in found if where[c] is not None and where[c] not in ("construct", "load")]
-    for group in (runs, constructs):
-        chosen = _one_of(group, base_first=bool(spec.get("dialects")))
+    for group in (runs, constructs) if interview else (runs,):
+        chosen = _one_of(group, base_first=interview)
         if chosen is not None:
             return chosen, [c.__name__ for c in found]
     return None, [c.__name__ for c in found]
@@ -679,7 +682,8 @@ def main(result_fd: int) -> None:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             if cls is None:
                 if found:
-                    missing(entry, "no_class_fits", name=spec["class"], found=", ".join(found), exercise=ex)
+                    missing(entry, "no_class_fits" if spec.get("dialects") else "no_class_found", name=spec["class"],
+                            found=", ".join(found), exercise=ex)
                 else:
                     missing(entry, "no_module" if spec.get("dialects") else "no_" + kind, name=spec["class"],
                             exercise=ex)
