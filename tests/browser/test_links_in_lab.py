@@ -83,11 +83,17 @@ def _targets():
     return found
 
 
-def _open(page, path):
-    """Close everything, then open ``path`` as a learner sees it: rendered (as make lab shows the index)."""
+def _open(page, path, count=None):
+    """Close everything, then open ``path`` as a learner sees it: rendered (as make lab shows the index). Waits until
+    it is the current document and shows ``count`` local links (any number, when None)."""
     page.evaluate("(p) => window.jupyterapp.commands.execute('application:close-all').then(() => window.jupyterapp"
                   ".commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'}))", path)
-    page.wait_for_function(_LINKS_JS, timeout=30_000)
+    page.wait_for_function("""([path, count]) => {
+      const w = window.jupyterapp.shell.currentWidget;
+      if (!w || !w.context || w.context.path !== path || !w.node.querySelector('.jp-RenderedMarkdown')) return false;
+      const shown = %s.length;
+      return count === null ? shown > 0 : shown === count;
+    }""" % _LOCAL, [path, count], timeout=30_000)
 
 
 def _landed(page, path, fragment, timeout_s=20):
@@ -109,12 +115,12 @@ def test_every_link_opens_its_file_or_heading_in_jupyterlab(source, lab_server, 
     targets = [t for t in _targets() if t[0] == source]
     _open(page, source)
     rendered = page.evaluate(_LINKS_JS)
-    assert rendered == len([t for t in links((ROOT / source).read_text(encoding="utf-8")) if _local(t)]), \
-        f"{source}: JupyterLab rendered {rendered} local links, the Markdown has another number"
+    count = len([t for t in links((ROOT / source).read_text(encoding="utf-8")) if _local(t)])
+    assert rendered == count, f"{source}: JupyterLab rendered {rendered} local links, the Markdown has {count}"
     wrong = []
     for n, (_, index, lands, fragment) in enumerate(targets):
         target = lands + (f"#{fragment}" if fragment else "")
-        _open(page, source)
+        _open(page, source, count)
         page.evaluate(_CLICK_JS, index)  # the learner's click: JupyterLab's own handler opens the target
         where = _landed(page, lands, fragment)
         if where["dialog"]:
