@@ -86,14 +86,17 @@ def _targets():
 def _open(page, path, count=None):
     """Close everything, then open ``path`` as a learner sees it: rendered (as make lab shows the index). Waits until
     it is the current document and shows ``count`` local links (any number, when None)."""
-    page.evaluate("(p) => window.jupyterapp.commands.execute('application:close-all').then(() => window.jupyterapp"
-                  ".commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'}))", path)
+    # a notebook a link opened is "changed" once its kernel reports its language: closed without asking to save
+    page.evaluate("""(p) => { const app = window.jupyterapp;
+      for (const w of app.shell.widgets('main')) { if (w.context) w.context.model.dirty = false; }
+      return app.commands.execute('application:close-all')
+        .then(() => app.commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'})); }""", path)
     page.wait_for_function("""([path, count]) => {
       const w = window.jupyterapp.shell.currentWidget;
       if (!w || !w.context || w.context.path !== path || !w.node.querySelector('.jp-RenderedMarkdown')) return false;
       const shown = %s.length;
       return count === null ? shown > 0 : shown === count;
-    }""" % _LOCAL, [path, count], timeout=30_000)
+    }""" % _LOCAL, arg=[path, count], timeout=30_000)
 
 
 def _landed(page, path, fragment, timeout_s=20):
