@@ -80,7 +80,7 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 
 # the test tools, for every target but setup, lab and lab-zh
 $(STAMP): requirements-test.txt $(COURSE_STAMP)
-	@echo "== the test tools (pytest, nbval, playwright, ruff; requirements-test.txt): about 60 MB; make lab needs none"
+	@echo "== the test tools (pytest, nbval, playwright, ruff; requirements-test.txt): about 65 MB; make lab needs none"
 	$(PY) -m pip install $(PIP_ARGS) -r requirements-test.txt
 	@touch $@
 
