@@ -155,3 +155,34 @@ def test_a_chinese_learner_reads_the_verdict_in_chinese(monkeypatch):
     wrong, key, _ = TRIES["mha"]
     printed, kernel = run_as_learner(ROOT / "exercises" / "zh-CN" / "04_multihead_attention.ipynb", wrong)
     assert kernel["result"].diagnosis == key and printed.startswith("❌ mha：7 项检查通过了"), printed
+
+
+@pytest.mark.skipif(__import__("course_utils.grade.jail", fromlist=["probe"]).probe() is not None,
+                    reason="no sandbox here (bubblewrap): the file grader's side is not run")
+@pytest.mark.parametrize("style", ["causal_self_attention", "with_follow_ups"])
+def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
+    """The same notebook, answered the same way, graded as a file (make grade, in the sandbox): the same verdicts
+    as its check cells give in the kernel."""
+    from course_utils.grade import runner
+
+    mha = INTERVIEW_STYLES["book_signature_named_MHA" if style == "with_follow_ups" else style]
+    answers = [mha] + ([implementations.REFERENCE["kv_cache"].replace("CachedMultiHeadAttention(", "MyKVCache("),
+                        implementations.REFERENCE["gqa"].replace("GroupedQueryAttention(", "MyGQA(")]
+                       if style == "with_follow_ups" else [])
+    nb = json.loads(INTERVIEW.read_text(encoding="utf-8"))
+    solution_cells = [c for c in nb["cells"] if _nbgrader(c).get("solution")]
+    for cell, answer in zip(solution_cells, answers, strict=False):
+        cell["source"] = answer
+    path = tmp_path / INTERVIEW.name
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    classes = ("mha_interview", "kv_cache", "gqa")  # the numbers' answers are counted per question in a file
+    in_file = {r.exercise: (r.passed, r.checks_passed) for r in runner.grade_file(path).results
+               if r.exercise in classes}
+    kernel, in_kernel = {"__name__": "__main__"}, {}
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(strip_magics("".join(cell["source"])), f"<cell {i}>", "exec"), kernel)
+        if _nbgrader(cell).get("grade") and kernel["result"].exercise in classes:
+            in_kernel[kernel["result"].exercise] = (kernel["result"].passed, kernel["result"].checks_passed)
+    assert in_file == in_kernel, (in_file, in_kernel)
+    assert in_file["mha_interview"][0] and in_file["kv_cache"][0] == in_file["gqa"][0] == (style == "with_follow_ups")
