@@ -63,11 +63,16 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 		fi; \
 	fi; \
 	if [ "$$index" != default ]; then \
-		echo "$(PY) -m pip install -q $(PIP_ARGS) --index-url $$index $$(grep -E '^torch==' requirements.txt)"; \
-		$(PY) -m pip install -q $(PIP_ARGS) --index-url "$$index" "$$(grep -E '^torch==' requirements.txt)" || \
+		echo "== 1/3 PyTorch from $$index: about 190 MB to download for the CPU build (pip shows its progress)"; \
+		echo "$(PY) -m pip install $(PIP_ARGS) --index-url $$index $$(grep -E '^torch==' requirements.txt)"; \
+		$(PY) -m pip install $(PIP_ARGS) --index-url "$$index" "$$(grep -E '^torch==' requirements.txt)" || \
 			echo "could not install torch from $$index: torch from the default index"; \
+	else \
+		echo "== 1/3 PyTorch comes with the next step, from the default index (on Linux the CUDA build: several GB)"; \
 	fi
-	$(PY) -m pip install -q $(PIP_ARGS) -r requirements.txt
+	@echo "== 2/3 JupyterLab, matplotlib, numpy, ipywidgets and their dependencies (requirements.txt): about 90 MB"
+	$(PY) -m pip install $(PIP_ARGS) -r requirements.txt
+	@echo "== 3/3 course_utils from this folder (editable, nothing to download)"
 	$(PY) -m pip install -q --no-deps -e .
 	mkdir -p $(VENV)/etc && cp -R etc/ipython etc/jupyter $(VENV)/etc/
 	mkdir -p $(VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(VENV)/share/jupyter/lab/settings/
@@ -75,7 +80,8 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 
 # the test tools, for every target but setup, lab and lab-zh
 $(STAMP): requirements-test.txt $(COURSE_STAMP)
-	$(PY) -m pip install -q $(PIP_ARGS) -r requirements-test.txt
+	@echo "== the test tools (pytest, nbval, playwright, ruff; requirements-test.txt): about 65 MB; make lab needs none"
+	$(PY) -m pip install $(PIP_ARGS) -r requirements-test.txt
 	@touch $@
 
 lab: $(COURSE_STAMP)

@@ -227,9 +227,22 @@ class Countdown:
     ipywidgets' ``Play`` ticks once a second in the browser, and the progress bar is linked to it in the
     browser too (``jslink``), so the clock keeps going while a cell runs; the label saying the time left
     catches up when the kernel is free. Without a front end (nbclient, nbgrader) nothing ticks: it stays at 0.
+
+    Re-running the timer's cell (Run All) gives back the kernel's countdown of that length while it has time on
+    it, running or paused, so the clock keeps its time; ■ sets it back to zero, ``fresh=True`` makes a new one.
     """
 
-    def __init__(self, minutes: float = 20):
+    _kept: dict = {}  # total seconds -> the kernel's countdown of that length
+
+    def __new__(cls, minutes: float = 20, *, fresh: bool = False):
+        kept = cls._kept.get(int(round(minutes * 60)))
+        if kept is not None and not fresh and (kept.play.playing or 0 < kept.elapsed_s < kept.total_s):
+            return kept
+        return super().__new__(cls)
+
+    def __init__(self, minutes: float = 20, *, fresh: bool = False):
+        if getattr(self, "widget", None) is not None:  # the kept countdown (__new__): its clock goes on
+            return
         import ipywidgets as widgets
 
         self.total_s = int(round(minutes * 60))
@@ -241,6 +254,7 @@ class Countdown:
         self.label = widgets.Label(self.text)
         self.play.observe(self._tick, names="value")
         self.widget = widgets.HBox([self.play, self.bar, self.label])
+        Countdown._kept[self.total_s] = self
 
     @property
     def elapsed_s(self) -> int:

@@ -94,8 +94,13 @@ def test_processes_are_capped_and_none_outlives_the_grading(tmp_path, mechanism)
             "    started += 1\nassert started < 70, started\n") + MHA
     report = grade(tmp_path, code)
     assert report.passed, report.to_dict()
-    time.sleep(0.5)
-    assert not _processes_with(marker)  # every fork was killed with the sandbox
+    left = _processes_with(marker)
+    for _ in range(100):  # killed with the sandbox; on a busy machine the kernel may take a moment to reap them
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _processes_with(marker)
+    assert not left, f"forks outlived the grading: {left}"
 
 
 def _processes_with(marker: str) -> list:
@@ -111,13 +116,16 @@ def _processes_with(marker: str) -> list:
 
 
 @needs_sandbox
-def test_a_submission_that_swallows_the_alarm_is_killed_from_outside(tmp_path):
+def test_a_submission_that_swallows_the_alarm_is_killed_from_outside(tmp_path, monkeypatch):
+    # the mechanism, not the seconds: the child cannot stop itself, so the parent's wait runs out and it kills it
     code = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
             "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n")
-    started = time.monotonic()
+    outcomes, run = [], jail.run
+    monkeypatch.setattr(jail, "run", lambda *a, **k: outcomes.append(run(*a, **k)) or outcomes[-1])
     report = grade(tmp_path, code, total_timeout=4)
-    assert time.monotonic() - started < 15
-    assert report.results[0].diagnosis == "timeout"
+    assert [o.timed_out for o in outcomes] == [True], "the parent's wait did not run out"
+    assert outcomes[0].returncode == -9 and not outcomes[0].result  # killed by SIGKILL, nothing sent back
+    assert report.results[0].diagnosis == "timeout" and "4 s" in report.results[0].report("en")
 
 
 def test_the_budget_defaults_to_30_seconds():
@@ -130,10 +138,21 @@ def _grow_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def test_a_huge_literal_is_refused_before_any_parse(tmp_path):
-    before, started = _grow_kib(), time.monotonic()
+def test_a_huge_literal_is_refused_before_any_parse(tmp_path, monkeypatch):
+    # the mechanism, not the seconds: nothing longer than the code limit ever reaches the parser or the compiler
+    import ast
+    import builtins
+
+    def bounded(real):
+        def call(text, *args, **kwargs):
+            assert len(text) <= source.MAX_CODE_BYTES, f"{real.__name__} was given {len(text)} characters"
+            return real(text, *args, **kwargs)
+        return call
+    monkeypatch.setattr(ast, "parse", bounded(ast.parse))
+    monkeypatch.setattr(builtins, "compile", bounded(builtins.compile))
+    before = _grow_kib()
     report = grade(tmp_path, "x = [" + "1," * (2 << 20) + "]\n" + MHA)
-    assert time.monotonic() - started < 2 and _grow_kib() - before < 100 << 10  # KiB
+    assert _grow_kib() - before < 100 << 10  # KiB: not even a copy of the cells' text was parsed
     assert "KiB of code" in str(report.error) and report.results[0].diagnosis == "unreadable"
     big = tmp_path / "big.ipynb"
     with open(big, "wb") as fh:

@@ -77,7 +77,11 @@ def test_lab_serves_the_repository(tmp_path):
         port = s.getsockname()[1]
     token = secrets.token_hex(16)
     command = lab_command(f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.port_retries=0 "
-                          f"--IdentityProvider.token={token} --LabApp.news_url= --ServerApp.terminals_enabled=False")
+                          f"--IdentityProvider.token={token} --ServerApp.terminals_enabled=False")
+    # the server settings make setup installs (etc/jupyter), read from this checkout: no news, no update checks,
+    # no language-server search (its "Skipped non-installed server(s)" line)
+    (tmp_path / "config").mkdir()
+    shutil.copy(ROOT / "etc" / "jupyter" / "jupyter_server_config.json", tmp_path / "config")
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
                JUPYTER_PLATFORM_DIRS="1")
@@ -106,6 +110,10 @@ def test_lab_serves_the_repository(tmp_path):
         printed = log.read_text(errors="replace")
         assert f"http://127.0.0.1:{port}{index}?token=" in printed, printed[-3000:]
         assert _redirect(f"{base}/", token).rstrip("?") == index
+        page = urllib.request.urlopen(urllib.request.Request(f"{base}{index}", headers={
+            "Authorization": f"token {token}"}), timeout=5).read().decode()
+        assert '"news": {"disabled": true}' in page, page[:2000]  # the page config: no news feed fetched
+        assert "Skipped non-installed server" not in printed, printed[-3000:]
         if (Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json").exists():  # make setup
             settings = _get(f"{base}/lab/api/settings/@jupyterlab/docmanager-extension:plugin", token)
             viewers = settings["schema"]["properties"]["defaultViewers"]["default"]
@@ -117,3 +125,11 @@ def test_lab_serves_the_repository(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def test_lab_settings_turn_the_news_off():
+    # etc/lab/overrides.json: JupyterLab's front end neither fetches news nor checks for updates (no pop-up)
+    overrides = json.loads((ROOT / "etc" / "lab" / "overrides.json").read_text())
+    notification = overrides["@jupyterlab/apputils-extension:notification"]
+    assert notification == {"fetchNews": "false", "checkForUpdates": False}, notification
+

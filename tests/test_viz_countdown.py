@@ -45,3 +45,41 @@ def test_make_grade_runs_the_timer_cell_quietly():
     # the sandbox runs every cell without a front end: the countdown must neither fail nor leave a note
     report = runner.grade_file(ROOT / "solutions" / "07_interview_mha.ipynb")
     assert report.passed and not report.notes, report.to_dict()
+
+
+def _cell(notebook: Path, grade_id: str) -> str:
+    import json
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+@pytest.mark.parametrize("folder", ["exercises", "exercises/zh-CN"])
+def test_run_all_keeps_a_running_timers_time(folder):
+    # Run All runs the timer's cell again in the same kernel: the clock the learner started goes on
+    notebook = ROOT / folder / "07_interview_mha.ipynb"
+    kernel = {"__name__": "__main__"}
+    exec(_cell(notebook, "timer"), kernel)
+    first = kernel["timer"]
+    first.play.playing, first.play.value = True, 185  # started, and 3:05 ticked in the browser
+    exec(_cell(notebook, "timer"), kernel)  # Run All
+    assert kernel["timer"] is first and kernel["timer"].elapsed_s == 185 and first.play.playing
+    used = {}
+    exec(_cell(notebook, "timer-stop").replace("print(", "used['text'] = ("), {**kernel, "used": used})
+    assert used["text"] in ("time used: 3:05 of 20:00", "用时 3:05（共 20:00）")
+    first.play.value = 0  # ■: back to zero, so the next run of the cell starts a new countdown
+    exec(_cell(notebook, "timer"), kernel)
+    assert kernel["timer"] is not first and kernel["timer"].elapsed_s == 0
+
+
+def test_a_paused_timer_keeps_its_time_until_it_is_up():
+    timer = Countdown(minutes=3, fresh=True)
+    timer.play.value = 42  # paused at 0:42
+    assert Countdown(minutes=3) is timer and timer.label.value == "2:18 left of 3:00"
+    timer.play.value = 180  # time is up: the cell's next run starts a new countdown
+    assert Countdown(minutes=3) is not timer
+
+
+def test_fresh_starts_over():
+    timer = Countdown(minutes=4, fresh=True)
+    timer.play.playing = True
+    assert Countdown(minutes=4) is timer and Countdown(minutes=4, fresh=True) is not timer

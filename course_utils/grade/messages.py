@@ -32,6 +32,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "not_implemented.write": ("not implemented yet: write {name} (it raises NotImplementedError)",
                               "还没有实现：请写出 {name}（它现在会抛出 NotImplementedError）"),
     "not_implemented.define_class": ("not implemented yet: define class {name}", "还没有实现：请定义类 {name}"),
+    "not_implemented.define_module": ("not implemented yet: define your attention class (an nn.Module, named "
+                                      "{name} or anything else)",
+                                      "还没有实现：请定义你的注意力类（一个 nn.Module，叫 {name} 或别的名字都可以）"),
     "not_implemented.define_function": ("not implemented yet: define function {name}",
                                         "还没有实现：请定义函数 {name}"),
     "not_implemented.answer": ("not implemented yet: answer {question}", "还没有作答：{question}"),
@@ -315,7 +318,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "cli.grader_failed_on": ("error: the grader failed on {names}", "错误：评分器在这些提交上出错了：{names}"),
     "cli.need_path": ("give a PATH to grade, or --batch DIR", "请给出要评分的 PATH，或者用 --batch DIR"),
     "cli.grader_failed": ("error: the grader failed: {type}: {error}", "错误：评分器出错了：{type}：{error}"),
-    "cli.not_graded": ("❌ {error}", "❌ 未评分：{error}"),
+    "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
     "cli.note": ("   note: {note}", "   注：{note}"),
 }
 

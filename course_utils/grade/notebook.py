@@ -9,7 +9,7 @@ from typing import Any
 from .diagnose import NOT_IMPLEMENTED, total_checks, verdict
 from .exercises import get
 from .messages import Msg
-from .protocol import Graded, class_delegation, run_in_process
+from .protocol import Graded, chosen_class, class_delegation, run_in_process
 from .registry import Exercise
 from .types import Result, new_seed
 
@@ -21,10 +21,15 @@ def grade_class(
     refusals: list[Any] | None = None,
     seed: int | None = None,
 ) -> Result:
-    """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs."""
+    """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs.
+    ``cls`` may be a namespace (``globals()``): the class is then found in it as the file grader finds it."""
     ex = get(exercise)
     graded = Graded(ex, seed)
+    cls, none_fits = chosen_class(cls, graded)  # check("id", globals()): the class found as the file grader finds it
+    if none_fits is not None:
+        return Result(ex.id, False, 0.0, 0, total_checks(graded.cases), "missing", [none_fits])
     if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
+        kind = "module" if ex.interview else ex.kind
         return Result(
             ex.id,
             False,
@@ -32,7 +37,7 @@ def grade_class(
             0,
             total_checks(graded.cases),
             NOT_IMPLEMENTED,
-            [Msg("not_implemented.define_" + ex.kind, name=ex.contract)],
+            [Msg("not_implemented.define_" + kind, name=ex.contract)],
         )
     refusals = list(refusals or [])
     reason = class_delegation(cls, ex)
@@ -47,7 +52,8 @@ def check(exercise: str, cls: Any, *, quiet: bool = False, lang: str | None = No
     ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
     ex = get(exercise)
     if ex.kind == "model":  # the capstone: a function graded on trained models (cls is the function)
-        result: Result = ex.model.grade_function(ex.id, cls, seed=new_seed())
+        function = cls.get(ex.contract) if isinstance(cls, dict) else cls  # check("id", globals())
+        result: Result = ex.model.grade_function(ex.id, function, seed=new_seed())
     else:
         result = grade_class(ex, cls)
     if not quiet:

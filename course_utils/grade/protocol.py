@@ -7,6 +7,8 @@ compares them with the reference computed here.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -207,6 +209,18 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
     for rec in records:
         rec["calls"] = sorted(set(rec["calls"]) | recorder.calls)
     return records
+
+
+def chosen_class(cls, graded: Graded):
+    """(the class to grade, why none): ``check("id", globals())`` takes from the namespace what the file grader
+    takes from the same cells (``harness.class_in``); a class, a function or None is itself."""
+    if not isinstance(cls, Mapping):
+        return cls, None
+    ex = graded.exercise
+    chosen, found = harness.class_in(dict(cls), graded.plan())
+    if chosen is None and found and ex.interview:
+        return None, Msg("no_class_fits", name=ex.contract, found=", ".join(found), exercise=ex.id)
+    return chosen, None  # None: not implemented yet (none of the learner's classes answers this exercise)
 
 
 def class_delegation(cls, exercise: Exercise) -> str | None:

@@ -38,14 +38,23 @@ def chromium_env(home: Path):
     return env
 
 
-# JupyterLab user settings: no news/update popups, no autosave, every cell in the DOM (the default
-# windowing leaves off-screen cells out), and a notebook whose kernel exists starts without a dialog.
+# JupyterLab user settings of the tests, on top of the learner's (lab_settings): no autosave, every cell in the DOM
+# (the default windowing leaves off-screen cells out), and a notebook whose kernel exists starts without a dialog.
 LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none", "autoStartDefaultKernel": True},
     "@jupyterlab/apputils-extension/sessionDialogs": {"skipKernelRestartDialog": True},
 }
+
+
+def lab_settings() -> dict:
+    """The user settings the server runs with: the learner's (etc/lab/overrides.json, which make setup installs:
+    Markdown opens as a preview, no news) under the test's own (LAB_SETTINGS)."""
+    overrides = json.loads((ROOT / "etc" / "lab" / "overrides.json").read_text(encoding="utf-8"))
+    merged = {plugin.replace(":", "/"): dict(values) for plugin, values in overrides.items()}
+    for plugin, values in LAB_SETTINGS.items():
+        merged.setdefault(plugin, {}).update(values)
+    return merged
 
 
 def browser_tests_wanted():
@@ -110,13 +119,15 @@ class LabServer:
 
     def start(self, timeout=90):
         settings = self.workdir / "settings"
-        for plugin, values in LAB_SETTINGS.items():
+        for plugin, values in lab_settings().items():
             path = settings / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
         env = dict(os.environ)
         for name in ("config", "runtime", "data", "ipython"):
             (self.workdir / name).mkdir(exist_ok=True)
+        # the server settings make setup installs (etc/jupyter), as a learner's make lab reads them
+        shutil.copy(ROOT / "etc" / "jupyter" / "jupyter_server_config.json", self.workdir / "config")
         # private Jupyter folders: nothing read from or written to the user's home, and a kernel name that
         # exists only on one machine fails here as it would for a learner
         env.update(JUPYTER_CONFIG_DIR=str(self.workdir / "config"), JUPYTER_RUNTIME_DIR=str(self.workdir / "runtime"),
@@ -127,8 +138,8 @@ class LabServer:
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                f"--ServerApp.root_dir={self.root}", f"--LabApp.user_settings_dir={settings}",
                f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}",
-               "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False"]
+               "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False",
+               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: the page helpers ask it what is open
         if os.geteuid() == 0:  # CI containers run as root
             cmd.append("--allow-root")
         log = open(self.log_path, "wb")

@@ -507,30 +507,55 @@ def defined_modules(namespace: dict) -> list:
 _ATTENTION_NAMES = ("attention", "attn", "mha")
 
 
-def interview_class(namespace: dict, spec: dict, learner_files=None):
-    """(the class interview mode grades, the names of the classes found). One nn.Module defined: that one.
-    Several: those that fit (built, loaded and run on the first case without an interface error); of several
-    that fit, the one named like attention; otherwise None, and the names are listed to the candidate."""
-    found = defined_modules(namespace)
-    if len(found) == 1:
+def _first_error(cls, spec: dict, learner_files=None):
+    """Where ``cls`` fails on the first case of ``spec`` ("construct", "load", "forward", ...), "" when it runs,
+    None when it cannot even be tried."""
+    try:
+        record = run_exercise(cls, {**spec, "cases": spec["cases"][:1], "ctor_args": spec["ctor_args"][:1],
+                                    "ctors": spec.get("ctors", [None])[:1],
+                                    "square_cases": spec.get("square_cases", [])[:1],
+                                    "square_ctors": spec.get("square_ctors", [])[:1], "trace": False},
+                              learner_files)[0]
+    except Exception:  # noqa: BLE001 - a class that cannot even be tried does not fit
+        return None
+    error = record.get("error")
+    return "" if error is None else str(error.get("where"))
+
+
+def _one_of(group: list, base_first: bool):
+    """The one class of ``group``, or the one named like attention; with ``base_first``, a class that extends
+    another of the group is left out (a follow-up built on the answer is not the answer)."""
+    if base_first:
+        group = [c for c in group if not any(o is not c and issubclass(c, o) for o in group)]
+    named = [c for c in group if any(n in c.__name__.lower() for n in _ATTENTION_NAMES)]
+    for candidates in (group, named):
+        if len(candidates) == 1:
+            return candidates[0]
+    return None
+
+
+def class_in(namespace: dict, spec: dict, learner_files=None):
+    """(the class to grade in ``namespace``, the names of the classes found): what ``check("id", globals())``
+    grades, in the notebook's kernel and in the sandbox alike. The exercise's own name first (a function
+    exercise: that name only). Else, in interview mode, any nn.Module: one defined, that one; several, the one that
+    runs the first case, else the one that at least constructs and loads (its error is the candidate's to see).
+    Otherwise (a follow-up under another name) only a class that runs the first case: the learner's other classes
+    (the MHA a follow-up builds on) are no answer to it. Of several, the one named like attention; else None, and
+    the names are listed to the learner."""
+    named = namespace.get(spec["class"])
+    if isinstance(named, type) or (spec.get("function") and callable(named)):
+        return named, [named.__name__]
+    interview = bool(spec.get("dialects"))
+    found = [] if spec.get("function") else defined_modules(namespace)
+    if interview and len(found) == 1:
         return found[0], [found[0].__name__]
-    fits = []
-    for cls in found:
-        try:
-            record = run_exercise(cls, {**spec, "cases": spec["cases"][:1], "ctor_args": spec["ctor_args"][:1],
-                                        "ctors": spec.get("ctors", [None])[:1],
-                                        "square_cases": spec["square_cases"][:1],
-                                        "square_ctors": spec["square_ctors"][:1], "trace": False},
-                                  learner_files)[0]
-        except Exception:  # noqa: BLE001 - a class that cannot even be tried does not fit
-            continue
-        error = record.get("error")
-        if error is None or error.get("where") not in ("construct", "load"):
-            fits.append(cls)
-    named = [c for c in fits if any(n in c.__name__.lower() for n in _ATTENTION_NAMES)]
-    for group in (fits, named):
-        if len(group) == 1:
-            return group[0], [c.__name__ for c in found]
+    where = {cls: _first_error(cls, spec, learner_files) for cls in found}
+    runs = [c for c in found if where[c] == ""]
+    constructs = [c for c in found if where[c] is not None and where[c] not in ("construct", "load")]
+    for group in (runs, constructs) if interview else (runs,):
+        chosen = _one_of(group, base_first=interview)
+        if chosen is not None:
+            return chosen, [c.__name__ for c in found]
     return None, [c.__name__ for c in found]
 
 
@@ -648,17 +673,20 @@ def main(result_fd: int) -> None:
         if isinstance(cls, str):  # check("id", "ClassName")
             cls = namespace.get(cls)
         kind = "function" if spec.get("function") else "class"
-        if spec.get("dialects") and not isinstance(cls, type):  # interview mode: any nn.Module the file defines
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+        searched = cls if isinstance(cls, dict) else namespace  # check("id", globals()): as it was at the call
+        if isinstance(cls, dict) or (spec.get("dialects") and not isinstance(cls, type)):
+            signal.setitimer(signal.ITIMER_REAL, timeout)  # interview mode: any nn.Module the file defines
             try:
-                cls, found = interview_class(namespace, spec, learner_files)
+                cls, found = class_in(searched, spec, learner_files)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             if cls is None:
                 if found:
-                    missing(entry, "no_class_fits", name=spec["class"], found=", ".join(found), exercise=ex)
+                    missing(entry, "no_class_fits" if spec.get("dialects") else "no_class_found", name=spec["class"],
+                            found=", ".join(found), exercise=ex)
                 else:
-                    missing(entry, "no_module", name=spec["class"], exercise=ex)
+                    missing(entry, "no_module" if spec.get("dialects") else "no_" + kind, name=spec["class"],
+                            exercise=ex)
                 continue
         if not (callable(cls) if spec.get("function") else isinstance(cls, type)):
             found = defined_modules(namespace)
@@ -678,6 +706,8 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
     for ex, spec in plan.get("models", {}).items():  # the capstone: fn(model) -> (layer, head) on trained GPTs
         fn = requested.get(ex, namespace.get(spec["function"]))
+        if isinstance(fn, dict):  # check("id", globals())
+            fn = fn.get(spec["function"])
         if not callable(fn):
             result["exercises"][ex] = {"missing": None, "records": []}
             missing(result["exercises"][ex], "no_function", name=spec["function"])

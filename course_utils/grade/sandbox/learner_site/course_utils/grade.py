@@ -4,7 +4,8 @@ REQUESTS = []
 
 
 def check(exercise, cls=None, *args, **kwargs):
-    REQUESTS.append((exercise, cls))
+    # check("id", globals()): the namespace as it is now, as the notebook's own check() sees it
+    REQUESTS.append((exercise, dict(cls) if isinstance(cls, dict) else cls))
     return None
 
 
