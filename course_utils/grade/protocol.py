@@ -7,6 +7,8 @@ compares them with the reference computed here.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -194,11 +196,13 @@ def validate(records, cases: list) -> list:
 
 
 def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> list:
-    """Run the learner's class here (the notebook's kernel) and return validated records."""
+    """Run the learner's class here (the notebook's kernel) and return validated records. The learner gets copies
+    of the plan's tensors, as the sandbox's child does: a module that writes into the cache it is handed (as Hugging
+    Face's caches do) must not change the grader's own cases, whose reference is computed afterwards."""
     the_plan = graded.plan()
-    records = graded.resolve(harness.run_exercise(cls, the_plan, learner_files))
+    records = graded.resolve(harness.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
-    first = {**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]}
+    first = copy.deepcopy({**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]})
     with recorder:
         if the_plan.get("function"):
             harness.run_function_case(cls, first)
