@@ -12,11 +12,11 @@ import copy
 import torch
 from torch import nn
 
+from .escape import one_line, printable
 from .exercises import get
 from .messages import Msg, joined
 from .records import CallRecorder, with_texts
 from .sandbox import dialects, harness
-from .escape import one_line, printable
 from .specs import cached_outputs, without_biases
 from .types import Case, new_seed
 
