@@ -8,6 +8,7 @@ the sandbox, beside the harness; the verdict is still computed outside.
 from __future__ import annotations
 
 import inspect
+import re
 
 import torch
 
@@ -398,8 +399,6 @@ def _arg_guesses(p) -> list:
     elif isinstance(default, float):
         first.append("dropout")
     first += [role for hint, role in _ARG_HINTS if hint in low]
-    if p.name in ("p",):
-        first.insert(0, "dropout")
     rest = ["width", "heads", "length", "head_width", "dropout", "bias"]
     guesses = list(dict.fromkeys(first + rest))
     if default is not inspect.Parameter.empty:
@@ -484,7 +483,7 @@ def _hint(name: str) -> str:
 
 class _Unit:
     """One projection as the module stores it: a weight (an nn.Linear's, a bare matrix, a per-head tensor, or
-    per-head pieces to stack) and its bias, if any."""
+    per-head pieces to stack) and its biases, if any."""
 
     def __init__(self, name, weights: list, biases: list, linear: bool, order: int):
         self.name, self.weights, self.biases, self.linear, self.order = name, weights, biases, linear, order
@@ -509,7 +508,7 @@ def _units(module, heads: int, inner: int):
             if v.dim() in (2, 3):
                 units.append(_Unit(full, [full], [], False, len(units)))
                 owned.add(full)
-            elif v.dim() == 1 or v.dim() == 2:
+            elif v.dim() == 1:
                 loose.append(full)
                 owned.add(full)
     if set(own) - owned:
@@ -547,7 +546,6 @@ def _weight_key(name: str) -> str:
 def _stack_heads(units, own, heads: int, inner: int):
     """Per-head pieces (a ModuleList of heads, each with its own projections) as one unit per role: the pieces
     whose names differ only in one index, ``heads`` of them, each ``inner // heads`` wide."""
-    import re
     groups = {}
     for u in units:
         pattern = re.sub(r"(^|\.)\d+(\.|$)", r"\1#\2", u.name)
@@ -723,7 +721,7 @@ def placements(module, d_in: int, d_out: int, heads: int) -> list:
     inner = d_out
     own = dict(module.named_parameters())
     units = _units(module, heads, inner)
-    if not units:
+    if not units or len(units) > 4:  # each projection holds one role at least: q, k, v, o
         return []
     options = [_readings(u, own, d_in, inner, d_out, heads) for u in units]
     found = []
@@ -750,7 +748,7 @@ def placements(module, d_in: int, d_out: int, heads: int) -> list:
             if unit.hint:
                 score += 3 if unit.hint == roles or (len(unit.hint) > 1 and set(unit.hint) == set(roles)) else (
                     1 if set(unit.hint) & set(roles) and len(roles) == 1 and unit.hint in ("qkv", "kv") else -3)
-            score -= 0.5 * ("heads" in label) + 0.25 * ("x @ W" in label)
+            score -= 0.5 * ("(heads, 3" in label or "(heads, 2" in label) + 0.25 * ("x @ W" in label)
         score += sum(1 for i, a in enumerate(sequence) for b in sequence[i + 1:] if "qkvo".index(a) < "qkvo".index(b))
         label = ", ".join(f"{u.name or 'self'}→" + (f"{roles} {lab}" if len(roles) == 1 else lab).replace(" linear", "")
                           for u, (roles, lab, _) in zip(units, choice, strict=True))
