@@ -343,8 +343,9 @@ class _NoGrad(Said):
 
 
 def _dialect_module(cls, case, ctor, record, settled: dict, square: bool = True):
-    """Build, load and wrap a candidate's MHA written in its own dialect (interview mode). The mask
-    convention is settled on the first case and kept for the others (``settled``)."""
+    """Build, load and wrap a candidate's MHA written in its own dialect (interview mode): built with the
+    constructor mapping and loaded by the placement the probe settled (``dialects.settle_placement``), else by name.
+    The mask convention is settled on the first case and kept for the others (``settled``)."""
     recipe = settled.get("recipe")
     if recipe is None:  # no probe settled a mapping: by name, as the grader always did
         module, name = dialects.build(cls, ctor, square)
@@ -470,7 +471,7 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
     if ctors[0] is not None:  # interview mode, another dialect: place by role and shape where names do not
         try:
             settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
-        except dialects.DialectError:  # each case says why, as without a probe
+        except Exception:  # noqa: BLE001 - no mapping or placement settled: each case is built by name and says why
             pass
     dialected = bool(plan.get("dialects"))
     if not plan.get("trace"):
