@@ -80,3 +80,17 @@ def test_the_sandbox_gives_the_same_verdicts(tmp_path):
     assert not skipped and not failed
     verdicts = {name[:-3]: [(r.passed, r.diagnosis) for r in rep.results] for name, rep in graded}
     assert verdicts == {**{n: [(True, None)] for n in HONEST}, **{n: [(False, NAMED[n])] for n in WRONG}}, verdicts
+
+
+# written after reading the name lists (so not held out): a fused k/v beside its own q, and a bias of its own
+FUSED_KV = HONEST["to_q_k_v"][0].replace("        self.toK = nn.Linear(dim, inner, bias=False)\n", "").replace(
+    "self.toV = nn.Linear(dim, inner, bias=False)", "self.toKV = nn.Linear(dim, 2 * inner)").replace(
+    "q, k, v = (f(x).view(b, n, self.heads, -1).transpose(1, 2) for f in (self.toQ, self.toK, self.toV))",
+    "k, v = self.toKV(x).chunk(2, dim=-1)\n"
+    "        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (self.toQ(x), k, v))")
+
+
+def test_a_fused_key_value_projection_is_placed():
+    assert FUSED_KV.count("toKV") == 2
+    result = grade_class("mha_interview", load(FUSED_KV, "Attend"))
+    assert result and "toKV→[k;v]" in result.report(), result.report()
