@@ -58,7 +58,6 @@ LABELS = {
     "expansion": "扩展方式",
     "repeat_kv (expand)": "repeat_kv（expand 扩展）",
     ".repeat (tiling)": ".repeat（平铺）",
-    "KV cache per sequence, 4096 tokens, bfloat16": "每条序列的 KV 缓存（4096 个 token，bfloat16）",
     "your model": "你的模型",
     "published models": "公开的模型",
     "random heads": "随机的头",

@@ -198,10 +198,16 @@ class Attn(nn.Module):
 
 
 def test_an_argument_it_cannot_fill_gets_an_adapter():
+    """An argument no role fits (an object the module calls): no mapping builds a module that runs, so the
+    candidate is told what the grader tried and given the adapter. (An unknown argument a role fits is filled: see
+    test_grader_held_out_styles.)"""
     src = DIALECTS["note_004"][0].replace("dropout: float = 0.1):", "dropout: float = 0.1, rope_theta=None, *, "
-                                                                    "layer_id):")
+                                                                    "rotary):\n        self_rotary = rotary")
+    src = src.replace("self.dropout = nn.Dropout(dropout)", "self.dropout = nn.Dropout(dropout)\n"
+                      "        self.rotary = self_rotary")
+    src = src.replace("q_split = q_proj.view", "q_split = self.rotary(q_proj).view")
     result = grade_class("mha_interview", load(src, "MultiHeadAttention"))
-    assert result.diagnosis == "contract" and "'layer_id'" in result.report(), result.report()
+    assert result.diagnosis == "contract" and "'rotary'" in result.report(), result.report()
     assert "class Graded(MultiHeadAttention)" in result.report()
 
 

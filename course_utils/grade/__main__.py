@@ -15,7 +15,7 @@ import time
 from ..lang import LANGUAGES, current_language, normalize_language
 from . import jail, limits, runner
 from .batch import grade_folder
-from .escape import terminal
+from .escape import one_line, terminal
 from .exercises import IDS
 from .messages import Msg, text
 from .names import shown
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         print(json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1))
     else:
         if report.error and not report.results:  # learner text reaches the terminal cleaned (escape.terminal)
-            print(terminal(Msg("cli.not_graded", error=report.error).render(lang)))
+            print(terminal(one_line(Msg("cli.not_graded", error=report.error).render(lang))))
         for r in report.results:
             print(terminal(r.report(lang)))
         for note in report.notes:

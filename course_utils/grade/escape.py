@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 
 # C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a line seems to say
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# what str.splitlines, a terminal or a Markdown renderer may take for the end of a line
+_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 _SURROGATE = re.compile("[\udc80-\udcff]")  # a byte of a file name that is not UTF-8 (os.fsdecode)
 _OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
 # what could make learner text markup in a line of the feedback: raw HTML (as entities), code spans, links and
@@ -31,6 +33,12 @@ def printable(text, limit: int | None = None) -> str:
     return text
 
 
+def one_line(text) -> str:
+    """``text`` (any object) on one line: each line break shown as ⏎, so that learner text inside a verdict (an
+    exception's class or message) can never start a line of its own, such as a forged pass line."""
+    return _LINE_BREAK.sub(" ⏎ ", str(text))
+
+
 def terminal(text) -> str:
     """A line for the instructor's terminal or a log: no escape sequence, no carriage return, no bidi override;
     newlines kept only between lines (each line cleaned)."""
@@ -39,7 +47,7 @@ def terminal(text) -> str:
 
 def markdown(text) -> str:
     """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted."""
-    text = printable(str(text).replace("\r\n", "\n").replace("\n", " ⏎ ")).strip()
+    text = printable(one_line(text)).strip()
     text = _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
     return "\\" + text if text.startswith(_BLOCK_START) else text
 

@@ -320,6 +320,16 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "cli.grader_failed": ("error: the grader failed: {type}: {error}", "错误：评分器出错了：{type}：{error}"),
     "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
     "cli.note": ("   note: {note}", "   注：{note}"),
+
+    # ---------------------------------------------------------------------------------------- issue 29 (h2-fair)
+    # interview mode: the constructor mapping and the parameters' placement the grader used, after "assumed"
+    "assumed.placed": ("{assumed}; constructor: {mapping}; parameters: {placement}",
+                       "{assumed}；构造参数：{mapping}；参数位置：{placement}"),
+    # a notebook whose code and text, outputs dropped, is still more than the grader reads
+    "source.too_big_without_outputs": ("the notebook is larger than {limit} MiB without its outputs, more than an "
+                                       "exercise needs: not read",
+                                       "去掉输出后笔记本仍大于 {limit} MiB，超出练习所需：未读取"),
+    # ---------------------------------------------------------------------------------------- end of issue 29
 }
 
 # the sandboxed child's own texts: their English is in sandbox/texts.py, their Chinese here

@@ -6,7 +6,7 @@ import sys
 import time
 
 from .batch import status  # the status in words, as grades.csv has it
-from .escape import terminal
+from .escape import one_line, terminal
 from .messages import Msg
 from .names import shown
 
@@ -30,5 +30,5 @@ class Progress:
         else:
             line = Msg("batch.progress_line", done=done, count=count, name=shown(name),
                        status=status(report, self.lang), seconds=report.seconds).render(self.lang)
-            self.stream.write(terminal(line) + "\n")
+            self.stream.write(terminal(one_line(line)) + "\n")
         self.stream.flush()

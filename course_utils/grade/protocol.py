@@ -7,18 +7,21 @@ compares them with the reference computed here.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
+from .diagnose import cached_outputs
+from .escape import one_line, printable
 from .exercises import get
 from .heads import without_biases
 from .messages import Msg, joined
 from .records import CallRecorder, with_texts
 from .registry import Exercise
 from .sandbox import dialects, harness
-from .types import Case
+from .types import Case, new_seed
 
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
 
@@ -36,6 +39,24 @@ def plan_case(case: Case) -> dict:
                       for c in case.calls]}
 
 
+def probe(exercise: str | Exercise) -> dict:
+    """Interview mode's probe: a square case of its own draw (no biases, eval mode) with its expected output first,
+    then the outputs of the known mistakes, for the child to place a class's parameters by role and shape (the
+    placement under which the module computes the first, else one of the others). It is not graded: the verdict
+    comes from the secret cases, compared here."""
+    ex = get(exercise)
+    case = without_biases(ex.square_cases(torch.Generator().manual_seed(new_seed()))[0], "qkvo")
+    correct = cached_outputs(ex.expected, case, ex.correct)["step1.out"]
+    targets = [correct]
+    for m in ex.mutants():
+        out = cached_outputs(ex.expected, case, m.variant)
+        t = None if isinstance(out, Exception) else out.get("step1.out")
+        if isinstance(t, torch.Tensor) and t.shape == correct.shape and not any(torch.allclose(t, u, atol=1e-6)
+                                                                              for u in targets):
+            targets.append(t)
+    return {"ctor": case.ctor, "params": case.params, "x": case.calls[0].x, "targets": targets}
+
+
 def plan(ex: Exercise, cases: list, square: list | None = None) -> dict:
     """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
     mode also sends ``square`` cases, for a class written in another dialect than the book's."""
@@ -45,7 +66,7 @@ def plan(ex: Exercise, cases: list, square: list | None = None) -> dict:
            "cases": [plan_case(c) for c in cases]}
     if square is not None:
         out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square],
-                   ctors=[c.ctor for c in cases])
+                   ctors=[c.ctor for c in cases], probe=probe(ex))
     return out
 
 
@@ -80,7 +101,15 @@ class Graded:
             no_bias = sorted(set(no_bias).intersection(*[_no_bias(rec, no_bias) for rec in raw]))
             self.assumed = (Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ",")) if no_bias
                             else Msg("assumed", name=name, mask=mask))
+            mapping, placement = (_said_by_child(dialect.get(k)) for k in ("ctor", "placement"))
+            if mapping and placement:
+                self.assumed = Msg("assumed.placed", assumed=self.assumed, mapping=mapping, placement=placement)
         return validate(raw, self.cases)
+
+
+def _said_by_child(value) -> str:
+    """A name list the child wrote (the candidate's own argument and parameter names): plain text on one line."""
+    return printable(one_line(value), 240) if isinstance(value, str) else ""
 
 
 def _no_bias(record, default: list) -> list:
@@ -196,11 +225,13 @@ def validate(records, cases: list) -> list:
 
 
 def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> list:
-    """Run the learner's class here (the notebook's kernel) and return validated records."""
+    """Run the learner's class here (the notebook's kernel) and return validated records. The learner gets copies
+    of the plan's tensors, as the sandbox's child does: a module that writes into the cache it is handed (as Hugging
+    Face's caches do) must not change the grader's own cases, whose reference is computed afterwards."""
     the_plan = graded.plan()
-    records = graded.resolve(harness.run_exercise(cls, the_plan, learner_files))
+    records = graded.resolve(harness.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
-    first = {**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]}
+    first = copy.deepcopy({**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]})
     with recorder:
         if the_plan.get("function"):
             harness.run_function_case(cls, first)

@@ -22,6 +22,10 @@ ALLOWED_COURSE_NAMES = {"grade", "check", "data", "device", "viz", "book_inputs"
 # is under 40 KiB with under 8 KiB of code; a 4 MB literal would cost ast.parse 2 GiB
 MAX_FILE_BYTES = 8 << 20
 MAX_CODE_BYTES = 128 << 10
+# a notebook's file, outputs included (plots, printed tensors): read in chunks, its cells' outputs and attachments
+# dropped as they stream past, so that only the rest (MAX_FILE_BYTES at most) is ever held and parsed
+MAX_NOTEBOOK_BYTES = 512 << 20
+_CHUNK = 1 << 20
 
 
 def _text(value) -> str:
@@ -38,11 +42,12 @@ def read_cells(path) -> list[dict]:
         raise SubmissionError(Msg("source.not_a_submission", name=path.name))
     try:
         with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+            data = fh.read(MAX_FILE_BYTES + 1) if path.suffix == ".py" else _without_outputs(fh)
     except OSError as exc:
         raise SubmissionError(Msg("source.cannot_read", name=path.name, error=exc.strerror or str(exc))) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SubmissionError(Msg("source.too_big", limit=MAX_FILE_BYTES >> 20))
+        raise SubmissionError(Msg("source.too_big", limit=MAX_FILE_BYTES >> 20) if path.suffix == ".py" else
+                              Msg("source.too_big_without_outputs", limit=MAX_FILE_BYTES >> 20))
     if not data.strip():
         raise SubmissionError(Msg("source.empty"))
     try:
@@ -71,6 +76,87 @@ def read_cells(path) -> list[dict]:
         cells.append({"index": i, "source": _text(cell.get("source")),
                       "grade_id": grade_id if isinstance(grade_id, str) else None})
     return _bounded(cells)
+
+
+# the body of a string up to its closing quote (or the chunk's end), and a dropped value's run up to a bracket or a
+# string that does not close in this chunk: "unrolled" so that each byte matches one way only, and a string cut by
+# the chunk's end costs one pass, not the exponential backtracking of nested repeats
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
+_NEXT = re.compile(rb'["{}\[\]:,]')
+_SKIPPED_RUN = re.compile(rb'(?:[^"{}\[\]]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.S)
+_DROPPED = {b"outputs": b"[]", b"attachments": b"{}"}  # a cell's keys whose values are not code
+
+
+def _without_outputs(fh) -> bytes:
+    """The notebook in ``fh`` with every cell's outputs and attachments emptied, read in chunks: what is dropped
+    is never held, so a notebook of 50 MB of plots costs the parent a chunk, not 50 MB (nor json.loads' objects).
+    Reads at most MAX_NOTEBOOK_BYTES; stops once what is kept exceeds MAX_FILE_BYTES (the caller refuses it).
+    What is not JSON is left for json.loads to name."""
+    kept, size, total = [], 0, 0
+    stack = []                # b"{" or b"[" of each open container that is kept
+    in_string = escape = at_key = expecting_key = False
+    key = last_key = b""      # the key being read, the last key read (its first bytes)
+    skip = 0                  # depth inside a dropped value (0: keeping)
+    while size <= MAX_FILE_BYTES:
+        chunk = fh.read(_CHUNK)
+        total += len(chunk)
+        if total > MAX_NOTEBOOK_BYTES:
+            raise SubmissionError(Msg("source.too_big", limit=MAX_NOTEBOOK_BYTES >> 20))
+        if not chunk:
+            break
+        pos, start = 0, (None if skip else 0)  # start: where this chunk's kept part begins
+        while pos < len(chunk):
+            if in_string:
+                if escape:
+                    pos, escape = pos + 1, False
+                    continue
+                end = _STRING_BODY.match(chunk, pos).end()
+                if at_key:
+                    key = (key + chunk[pos:min(end, pos + 16)])[:16]
+                if end == len(chunk):
+                    pos = end
+                elif chunk[end:end + 1] == b"\\":  # the chunk ends inside an escape: the next byte is escaped
+                    pos, escape = end + 1, True
+                else:
+                    pos, in_string = end + 1, False
+                    if at_key:
+                        last_key, at_key = key, False
+                continue
+            if skip:  # inside a dropped value: only brackets count, strings and the rest are jumped in one match
+                pos = _SKIPPED_RUN.match(chunk, pos).end()
+                if pos == len(chunk):
+                    break
+                c, pos = chunk[pos:pos + 1], pos + 1
+                if c == b'"':
+                    in_string = True
+                else:
+                    skip += 1 if c in b"{[" else -1
+                    start = pos if skip == 0 else None
+                continue
+            m = _NEXT.search(chunk, pos)
+            if m is None:
+                break
+            c, pos = m.group(), m.end()
+            if c == b'"':
+                in_string, key, at_key = True, b"", expecting_key
+            elif c in (b"{", b"["):
+                if stack == [b"{", b"[", b"{"] and not expecting_key and last_key in _DROPPED:
+                    kept.append(chunk[start:m.start()] + _DROPPED[last_key])  # a cell's outputs: dropped
+                    size += m.start() - start + 2
+                    skip, start = 1, None
+                else:
+                    stack.append(c)
+                    expecting_key = c == b"{"
+            elif c in (b"}", b"]"):
+                if stack:
+                    stack.pop()
+                expecting_key = False
+            else:
+                expecting_key = c == b"," and bool(stack) and stack[-1] == b"{"
+        if start is not None:
+            kept.append(chunk[start:])
+            size += len(chunk) - start
+    return b"".join(kept)
 
 
 def _bounded(cells: list[dict]) -> list[dict]:

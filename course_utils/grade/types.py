@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .escape import one_line
 from .messages import Msg, resolve, text
 
 
@@ -84,19 +85,20 @@ class Result:
         return self.headline()
 
     def headline(self, lang: str | None = None) -> str:
+        """One line, always: learner text inside the first message (an exception's class) cannot break it."""
         if self.passed:
             return Msg("result.passed", exercise=self.exercise, total=self.checks_total).render(lang)
         first = self.messages[0] if self.messages else Msg("result.no_reason")
-        return Msg("result.failed", exercise=self.exercise, passed=self.checks_passed, total=self.checks_total,
-                   first=first).render(lang)
+        return one_line(Msg("result.failed", exercise=self.exercise, passed=self.checks_passed,
+                            total=self.checks_total, first=first).render(lang))
 
     def report(self, lang: str | None = None) -> str:
         """The pass line, or the diagnosis and its details: in ``lang`` ('en' or 'zh'; default: the course's
         current language, see course_utils.lang)."""
         lang = resolve(lang)
-        lines = [self.headline(lang)] + [f"   {text(m, lang)}" for m in self.messages[1:]]
+        lines = [self.headline(lang)] + [f"   {one_line(text(m, lang))}" for m in self.messages[1:]]
         if self.assumed:
-            lines.append("   " + Msg("result.assumed", assumed=self.assumed).render(lang))
+            lines.append("   " + one_line(Msg("result.assumed", assumed=self.assumed).render(lang)))
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -8,6 +8,7 @@ the sandbox, beside the harness; the verdict is still computed outside.
 from __future__ import annotations
 
 import inspect
+import re
 
 import torch
 
@@ -355,3 +356,490 @@ class Caller:
         best = causal[0] if causal else min(masked or leaks, key=lambda c: c[0], default=None)
         leak, self.kind, self.shape = best or (0.0, 0, "square")
         return MASKS[self.kind] + ("" if leak <= 1e-5 else NOT_CAUSAL)
+
+
+# ------------------------------------------------------------------------------------------------------
+# placement by role and shape: when names do not place every parameter (or place them so that the module does not
+# compute attention with the grader's weights), the placements the shapes allow are tried on a probe, a case of the
+# grader's own (weights, input) whose expected output, and the outputs of the known mistakes, the plan carries. The
+# probe is not a graded case: the verdict is still computed outside, on the secret cases.
+
+_SEARCH_BUDGET = 32  # forward passes on the probe, every constructor mapping and placement together
+_ARG_ROLES = ("width", "heads", "head_width", "length", "dropout", "bias")
+_ARG_SHOWN = {"width": "d_model", "heads": "num_heads", "head_width": "head_dim", "length": "context_length",
+              "dropout": "dropout", "bias": "qkv_bias", "d_in": "d_in", "batch_first": "batch_first",
+              "config": "config"}
+_ARG_HINTS = (("bias", "bias"), ("drop", "dropout"), ("head_dim", "head_width"), ("dim_head", "head_width"),
+              ("head_size", "head_width"), ("d_head", "head_width"), ("d_k", "head_width"), ("head", "heads"),
+              ("len", "length"), ("ctx", "length"), ("seq", "length"), ("block", "length"), ("pos", "length"),
+              ("context", "length"), ("window", "length"), ("dim", "width"), ("emb", "width"), ("hid", "width"),
+              ("width", "width"), ("model", "width"), ("feat", "width"), ("size", "width"))
+
+
+def _role_of_arg(name: str):
+    """The role a constructor argument's name gives it, or None when no rule names it."""
+    if name in ("d_in", "d_out") or name in _WIDTH:
+        return "d_in" if name == "d_in" else "width"
+    for names, role in ((_HEADS, "heads"), (_HEAD_WIDTH, "head_width"), (_LENGTH, "length"), (_BIAS, "bias"),
+                        (_BATCH_FIRST, "batch_first"), (_CONFIG, "config")):
+        if name in names:
+            return role
+    if name in _DROPOUT or "drop" in name:
+        return "dropout"
+    return None
+
+
+def _arg_guesses(p) -> list:
+    """The roles an argument no rule names may play, most plausible first: by its default's type, then by what
+    its name suggests, then every other role."""
+    low, default = p.name.lower(), p.default
+    first = []
+    if isinstance(default, bool):
+        first.append("bias")
+    elif isinstance(default, float):
+        first.append("dropout")
+    first += [role for hint, role in _ARG_HINTS if hint in low]
+    rest = ["width", "heads", "length", "head_width", "dropout", "bias"]
+    guesses = list(dict.fromkeys(first + rest))
+    if default is not inspect.Parameter.empty:
+        guesses.insert(0, None)  # its default first
+    return guesses
+
+
+def ctor_mappings(cls) -> list:
+    """Constructor mappings (argument name -> role) to try, most plausible first: every argument a rule names
+    keeps its role; the others are tried in the roles still free (a few dozen at most)."""
+    params = [p for p in _params(cls.__init__) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    known = {p.name: _role_of_arg(p.name) for p in params}
+    unknown = [p for p in params if known[p.name] is None]
+    mappings = []
+
+    def extend(i, chosen):
+        if len(mappings) >= 12:
+            return
+        if i == len(unknown):
+            mappings.append({**{n: r for n, r in known.items() if r is not None}, **chosen})
+            return
+        taken = set(known.values()) | set(chosen.values())
+        for role in _arg_guesses(unknown[i]):
+            if role is not None and role in taken and role not in ("dropout", "bias"):
+                continue
+            extend(i + 1, {**chosen, **({} if role is None else {unknown[i].name: role})})
+
+    extend(0, {})
+    return mappings
+
+
+def _value(role: str, ctor: dict, square: bool):
+    return {"d_in": ctor["d_out"] if square else ctor["d_in"], "width": ctor["d_out"], "heads": ctor["num_heads"],
+            "head_width": ctor["d_out"] // ctor["num_heads"], "length": ctor["context_length"],
+            "dropout": ctor["dropout"], "bias": True if square else bool(ctor.get("qkv_bias")),
+            "batch_first": True}.get(role, Config(ctor) if role == "config" else None)
+
+
+def build_mapped(cls, ctor: dict, mapping: dict, square: bool = True):
+    """(module, dialect name, the mapping in words): ``cls`` built with each argument of ``mapping`` given its
+    role's value."""
+    params = _params(cls.__init__)
+    kwargs = {p.name: _value(mapping[p.name], ctor, square) for p in params if p.name in mapping
+              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    positional = [p for p in params if p.kind == p.POSITIONAL_ONLY]
+    args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
+    module = cls(*args, **kwargs)
+    _no_residual_dropout(module)
+    _materialize(module, ctor["d_out"] if square else ctor["d_in"])
+    names = [p.name for p in params]
+    width = next((n for n in names if mapping.get(n) in ("width", "d_in")), None)
+    heads = next((n for n in names if mapping.get(n) in ("heads", "head_width")), None)
+    config = next((n for n in names if mapping.get(n) == "config"), None)
+    name = (BOOK if names[:5] == ["d_in", "d_out", "context_length", "dropout", "num_heads"] else ANNOTATED
+            if names[:2] == ["h", "d_model"] else f"({config})" if width is None or heads is None
+            else f"({width}, {heads})")
+    said_map = ", ".join(f"{n}={_ARG_SHOWN[mapping[n]]}" for n in names if n in mapping)
+    return module, name, said_map
+
+
+# --- the parameters' readings
+
+
+def _hint(name: str) -> str:
+    """The roles a parameter's name suggests ('q', 'k', 'v', 'o', 'qkv', 'kv' or ''), from its last parts."""
+    parts = [p for p in name.lower().split(".") if p not in ("weight", "bias") and not p.isdigit()]
+    for part in reversed(parts):
+        role = _role_of(part)
+        if role:
+            return "qkv" if role == "qkv" else role
+        bare = part.replace("_", "")
+        for pattern, roles in (("qkv", "qkv"), ("kv", "kv"), ("query", "q"), ("key", "k"), ("value", "v"),
+                               ("val", "v"), ("out", "o"), ("proj", "o"), ("merge", "o"), ("fc", "o"),
+                               ("dense", "o"), ("combine", "o")):
+            if pattern in bare:
+                return roles
+        for letter in "qkvo":
+            if bare in (letter, "w" + letter, letter + "w", "to" + letter, "lin" + letter):
+                return letter
+    return ""
+
+
+class _Unit:
+    """One projection as the module stores it: a weight (an nn.Linear's, a bare matrix, a per-head tensor, or
+    per-head pieces to stack) and its biases, if any."""
+
+    def __init__(self, name, weights: list, biases: list, linear: bool, order: int):
+        self.name, self.weights, self.biases, self.linear, self.order = name, weights, biases, linear, order
+        self.hint = _hint(name)
+
+
+def _units(module, heads: int, inner: int):
+    """The module's projections (``_Unit``), or None when a parameter is neither a weight nor a bias."""
+    own = dict(module.named_parameters())
+    units, loose, owned = [], [], set()
+    for prefix, sub in module.named_modules():
+        direct = dict(sub.named_parameters(recurse=False))
+        w = direct.get("weight")
+        if w is not None and w.dim() == 2:
+            full = (prefix + "." if prefix else "") + "weight"
+            b = (prefix + "." if prefix else "") + "bias" if "bias" in direct else None
+            units.append(_Unit(prefix, [full], [b] if b else [], isinstance(sub, torch.nn.Linear), len(units)))
+            owned |= {full, b}
+            direct = {k: v for k, v in direct.items() if k not in ("weight", "bias")}
+        for k, v in direct.items():
+            full = (prefix + "." if prefix else "") + k
+            if v.dim() in (2, 3):
+                units.append(_Unit(full, [full], [], False, len(units)))
+                owned.add(full)
+            elif v.dim() == 1:
+                loose.append(full)
+                owned.add(full)
+    if set(own) - owned:
+        return None
+    units = _stack_heads(units, own, heads, inner)
+    for b in loose:  # a bare bias goes with the matrix of the same name (bo with Wo, b_O with W_O, q_bias with Wq)
+        key = _bias_key(b)
+        match = [u for u in units if _weight_key(u.name) == key and not u.biases]
+        if len(match) != 1:
+            return None
+        match[0].biases = [b]
+    return units
+
+
+def _bias_key(name: str) -> str:
+    last = name.rsplit(".", 1)[-1].lower().replace("_", "")
+    for affix in ("bias", "b"):
+        if last.startswith(affix):
+            return last[len(affix):]
+        if last.endswith(affix):
+            return last[:-len(affix)]
+    return last
+
+
+def _weight_key(name: str) -> str:
+    last = name.rsplit(".", 1)[-1].lower().replace("_", "")
+    for affix in ("weight", "w"):
+        if last.startswith(affix):
+            return last[len(affix):]
+        if last.endswith(affix):
+            return last[:-len(affix)]
+    return last
+
+
+def _stack_heads(units, own, heads: int, inner: int):
+    """Per-head pieces (a ModuleList of heads, each with its own projections) as one unit per role: the pieces
+    whose names differ only in one index, ``heads`` of them, each ``inner // heads`` wide."""
+    groups = {}
+    for u in units:
+        pattern = re.sub(r"(^|\.)\d+(\.|$)", r"\1#\2", u.name)
+        if pattern != u.name:
+            groups.setdefault(pattern, []).append(u)
+    out, merged = [], set()
+    for u in units:
+        if id(u) in merged:
+            continue
+        pattern = re.sub(r"(^|\.)\d+(\.|$)", r"\1#\2", u.name)
+        group = groups.get(pattern, [])
+        w = own[u.weights[0]]
+        if (len(group) == heads > 1 and w.dim() == 2 and inner // heads in w.shape
+                and all(g.biases or not u.biases for g in group)):
+            stacked = _Unit(pattern, [g.weights[0] for g in group], [b for g in group for b in g.biases], u.linear,
+                            u.order)
+            out.append(stacked)
+            merged |= {id(g) for g in group}
+        else:
+            out.append(u)
+    return out
+
+
+_ORDERS3 = ("qkv", "qvk", "kqv", "kvq", "vqk", "vkq")
+_ORDERS2 = ("kv", "qk", "qv", "vk", "kq", "vq")
+
+
+def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
+    """(roles, label, fill) for each way ``unit`` can hold the book's projections: ``fill(book)`` is the list of
+    tensors for its weights, then its biases, built from the book's (differentiably, for the gradients)."""
+    hd = inner // heads
+    shape = tuple(own[unit.weights[0]].shape)
+    found = []
+    if len(unit.weights) > 1:  # per-head pieces, each (head_dim, d_in) or stored transposed
+        for transposed in (False, True) if not unit.linear else (False,):
+            if shape != ((d_in, hd) if transposed else (hd, d_in)):
+                continue
+            for r in "qkv":
+                def fill(book, r=r, t=transposed):
+                    ws = [book[r][0][h * hd:(h + 1) * hd] for h in range(heads)]
+                    bs = [book[r][1][h * hd:(h + 1) * hd] for h in range(heads)]
+                    return [w.T if t else w for w in ws], bs
+                found.append((r, f"per head{' (x @ W)' if transposed else ''}", fill))
+        return found
+    if len(shape) == 3:  # a per-head tensor
+        if shape[0] != heads:
+            return found
+        for r in "qkv":
+            if shape[1:] == (d_in, hd):
+                found.append((r, "(heads, d_model, head_dim)",
+                              lambda book, r=r: ([book[r][0].view(heads, hd, d_in).transpose(1, 2)],
+                                                 [book[r][1].view(heads, hd)])))
+            if shape[1:] == (hd, d_in):
+                found.append((r, "(heads, head_dim, d_model)",
+                              lambda book, r=r: ([book[r][0].view(heads, hd, d_in)], [book[r][1].view(heads, hd)])))
+        if shape[1:] == (hd, d_out):
+            found.append(("o", "(heads, head_dim, d_model)",
+                          lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 2, 0)], [book["o"][1]])))
+        if shape[1:] == (d_out, hd):
+            found.append(("o", "(heads, d_model, head_dim)",
+                          lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 0, 2)], [book["o"][1]])))
+        return found
+    for transposed in (False, True) if not unit.linear else (False,):
+        rows, cols = (shape[1], shape[0]) if transposed else shape
+        how = " (x @ W)" if transposed else ""
+
+        def oriented(w, t=transposed):
+            return w.T if t else w
+        if cols == d_in and rows == inner:
+            for r in "qkv":
+                found.append((r, "linear" + how, lambda book, r=r, o=oriented: ([o(book[r][0])], [book[r][1]])))
+        if cols == inner and rows == d_out:
+            found.append(("o", "linear" + how, lambda book, o=oriented: ([o(book["o"][0])], [book["o"][1]])))
+        for n, orders in ((3, _ORDERS3), (2, _ORDERS2)):
+            if cols != d_in or rows != n * inner:
+                continue
+            for order in orders:
+                for layout in ("rows", "heads"):
+                    def fill(book, order=order, layout=layout, o=oriented, n=n):
+                        ws, bs = [book[r][0] for r in order], [book[r][1] for r in order]
+                        if layout == "rows":  # [q; k; v]: the (3, heads, head_dim) layout
+                            return [o(torch.cat(ws))], [torch.cat(bs)]
+                        w = torch.stack([x.view(heads, hd, d_in) for x in ws], 1).reshape(n * inner, d_in)
+                        b = torch.stack([x.view(heads, hd) for x in bs], 1).reshape(n * inner)
+                        return [o(w)], [b]  # per head interleaved: the (heads, 3, head_dim) layout
+                    shown = "[" + ";".join(order) + "]" if layout == "rows" else f"(heads, {n}, head_dim) {order}"
+                    found.append((order, shown + how, fill))
+    return found
+
+
+class Placement:
+    """Where each of the book's parameters goes in the candidate's module: ``load`` copies them in, ``grads``
+    reads the gradients back under the book's names (through the same arrangement, by autograd)."""
+
+    def __init__(self, units, choice, label: str, score: float):
+        self.units, self.choice, self.label, self.score = units, choice, label, score
+
+    def _book(self, params: dict, requires_grad: bool = False) -> dict:
+        book = {}
+        for r in "qkvo":
+            w = params[_BOOK[r] + ".weight"].detach().clone().requires_grad_(requires_grad)
+            b = params.get(_BOOK[r] + ".bias")
+            b = (torch.zeros(w.shape[0]) if b is None else b.detach().clone()).requires_grad_(requires_grad)
+            book[r] = (w, b)
+        return book
+
+    def tensors(self, book: dict) -> list:
+        """(parameter name, tensor) for every weight and bias of the module."""
+        pairs = []
+        for unit, (_, _, fill) in zip(self.units, self.choice, strict=True):
+            ws, bs = fill(book)
+            pairs += list(zip(unit.weights, ws, strict=True))
+            if unit.biases:
+                if len(unit.biases) == len(bs):
+                    pairs += list(zip(unit.biases, bs, strict=True))
+                else:  # per-head pieces with a bias each
+                    hd = bs[0].numel() // len(unit.biases) if len(bs) == 1 else None
+                    pieces = bs if hd is None else list(bs[0].split(hd))
+                    pairs += list(zip(unit.biases, pieces, strict=True))
+        return pairs
+
+    def no_bias(self) -> list:
+        return sorted({r for unit, (roles, _, _) in zip(self.units, self.choice, strict=True) if not unit.biases
+                       for r in roles})
+
+    def load(self, module, params: dict) -> list:
+        self.params = params
+        own = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, value in self.tensors(self._book(params)):
+                if tuple(own[name].shape) != tuple(value.shape):
+                    raise DialectError("dialect_shape", name=name, got=str(tuple(own[name].shape)),
+                                       need=str(tuple(value.shape)))
+                own[name].copy_(value.reshape(own[name].shape))
+        return self.no_bias()
+
+    def grads(self, module) -> dict:
+        params = self.params
+        own = dict(module.named_parameters())
+        book = self._book(params, requires_grad=True)
+        pairs = self.tensors(book)
+        leaves = [t for r in "qkvo" for t in book[r]]
+        outs = [v for _, v in pairs]
+        gs = [own[n].grad if own[n].grad is not None else torch.zeros_like(own[n]) for n, _ in pairs]
+        got = torch.autograd.grad(outs, leaves, [g.reshape(v.shape) for g, v in zip(gs, outs, strict=True)],
+                                  allow_unused=True)
+        grads = {}
+        for (r, kind), g, leaf in zip([(r, k) for r in "qkvo" for k in ("weight", "bias")], got, leaves,
+                                      strict=True):
+            name = f"{_BOOK[r]}.{kind}"
+            if kind == "bias" and _BOOK[r] + ".bias" not in params:
+                continue
+            grads[name] = torch.zeros_like(leaf) if g is None else g
+        return grads
+
+
+class NamedPlacement(Placement):
+    """The placement by name (``parameter_map``), as a ``Placement``."""
+
+    def __init__(self, pmap: dict):
+        self.pmap, self.label, self.score = pmap, "by name", float("inf")
+
+    def load(self, module, params: dict) -> list:
+        return load(module, self.pmap, params)
+
+    def grads(self, module) -> dict:
+        return book_grads(module, self.pmap)
+
+
+def placements(module, d_in: int, d_out: int, heads: int) -> list:
+    """Every placement of the book's q, k, v and o the shapes allow, most plausible first (names that agree, the
+    order q, k, v, o, fused rows as [q; k; v])."""
+    inner = d_out
+    own = dict(module.named_parameters())
+    units = _units(module, heads, inner)
+    if not units or len(units) > 4:  # each projection holds one role at least: q, k, v, o
+        return []
+    options = [_readings(u, own, d_in, inner, d_out, heads) for u in units]
+    found = []
+
+    def extend(i, chosen, covered):
+        if len(found) >= 4000:
+            return
+        if i == len(units):
+            if covered == set("qkvo"):
+                found.append(list(chosen))
+            return
+        for reading in options[i]:
+            roles = set(reading[0])
+            if roles & covered:
+                continue
+            extend(i + 1, chosen + [reading], covered | roles)
+
+    extend(0, [], set())
+    ranked = []
+    for choice in found:
+        score = 0.0
+        sequence = "".join(roles for roles, _, _ in choice)
+        for unit, (roles, label, _) in zip(units, choice, strict=True):
+            if unit.hint:
+                score += 3 if unit.hint == roles or (len(unit.hint) > 1 and set(unit.hint) == set(roles)) else (
+                    1 if set(unit.hint) & set(roles) and len(roles) == 1 and unit.hint in ("qkv", "kv") else -3)
+            score -= 0.5 * ("(heads, 3" in label or "(heads, 2" in label) + 0.25 * ("x @ W" in label)
+        score += sum(1 for i, a in enumerate(sequence) for b in sequence[i + 1:] if "qkvo".index(a) < "qkvo".index(b))
+        label = ", ".join(f"{u.name or 'self'}→" + (f"{roles} {lab}" if len(roles) == 1 else lab).replace(" linear", "")
+                          for u, (roles, lab, _) in zip(units, choice, strict=True))
+        ranked.append(Placement(units, choice, label, score))
+    ranked.sort(key=lambda p: -p.score)
+    return ranked
+
+
+def _output(caller, x):
+    with torch.no_grad():
+        out = caller(x)
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _distance(out, target) -> float:
+    if out is None or tuple(out.shape) != tuple(target.shape):
+        return float("inf")
+    return ((out.double() - target.double()).abs().max() / (1 + target.double().abs().max())).item()
+
+
+class Recipe:
+    """What the probe settled: the constructor mapping and the placement's label (the same for every case)."""
+
+    def __init__(self, mapping, label, said_map, said_placement):
+        self.mapping, self.label, self.said_map, self.said_placement = mapping, label, said_map, said_placement
+
+
+def settle_placement(cls, probe: dict, square: bool = True):
+    """The constructor mapping and placement under which ``cls`` computes the probe's expected output (the first
+    target), else one of a known mistake (the others), else the most plausible one; None when there is no probe.
+    Raises the most plausible DialectError when no mapping builds a module whose parameters can be placed."""
+    if not probe:
+        return None
+    ctor, x, targets = probe["ctor"], probe["x"], probe["targets"]
+    d_in = ctor["d_out"] if square else ctor["d_in"]
+    budget, first_error, fallback, mistaken = _SEARCH_BUDGET, None, None, None
+    for mapping in ctor_mappings(cls):
+        try:
+            module, _, said_map = build_mapped(cls, ctor, mapping, square)
+            caller = Caller(module)
+        except DialectError as exc:
+            first_error = first_error or exc
+            continue
+        except Exception:  # noqa: BLE001 - this mapping does not build the module; the next may
+            continue
+        try:
+            named = [NamedPlacement(parameter_map(module, ctor["d_out"], d_in))]
+        except DialectError as exc:
+            named, first_error = [], first_error or exc
+        candidates = named + placements(module, d_in, ctor["d_out"], ctor["num_heads"])
+        if not candidates:
+            continue
+        module.eval()
+        settled_mask = False
+        for placement in candidates:
+            if budget <= 0:
+                break
+            try:
+                placement.load(module, probe["params"])
+                if not settled_mask:
+                    caller.settle(x)
+                    module.eval()
+                    settled_mask = True
+                budget -= 1
+                out = _output(caller, x)
+            except Exception:  # noqa: BLE001 - this placement does not run; another may
+                continue
+            recipe = Recipe(mapping, placement.label, said_map, placement.label)
+            fallback = fallback or recipe
+            distances = [_distance(out, t) for t in targets]
+            if distances[0] <= 1e-4:
+                return recipe
+            if mistaken is None and min(distances[1:], default=float("inf")) <= 1e-4:
+                mistaken = recipe
+        if budget <= 0:
+            break
+    if mistaken or fallback:
+        return mistaken or fallback
+    if first_error is not None:
+        raise first_error
+    return None
+
+
+def placement_for(module, ctor: dict, square: bool, recipe) -> Placement:
+    """The placement of ``recipe`` on this case's module (built with the recipe's mapping)."""
+    d_in = ctor["d_out"] if square else ctor["d_in"]
+    if recipe is None or recipe.label == "by name":
+        return NamedPlacement(parameter_map(module, ctor["d_out"], d_in))
+    for placement in placements(module, d_in, ctor["d_out"], ctor["num_heads"]):
+        if placement.label == recipe.label:
+            return placement
+    return NamedPlacement(parameter_map(module, ctor["d_out"], d_in))

@@ -331,7 +331,7 @@ def _backward(module, out, x, call, tag, outputs, pmap=None):
     (out * grad).sum().backward()
     outputs[f"{tag}.grad.x"] = _plain(x.grad) if x.grad is not None else _plain(torch.zeros_like(x))
     if pmap is not None:
-        for name, g in dialects.book_grads(module, pmap).items():
+        for name, g in pmap.grads(module).items():
             outputs[f"{tag}.grad.{name}"] = _plain(g)
         return
     for name, p in module.named_parameters():
@@ -343,18 +343,25 @@ class _NoGrad(Said):
 
 
 def _dialect_module(cls, case, ctor, record, settled: dict, square: bool = True):
-    """Build, load and wrap a candidate's MHA written in its own dialect (interview mode). The mask
-    convention is settled on the first case and kept for the others (``settled``)."""
-    module, name = dialects.build(cls, ctor, square)
-    pmap = dialects.parameter_map(module, ctor["d_out"], ctor["d_in"])
-    no_bias = dialects.load(module, pmap, case["params"])
+    """Build, load and wrap a candidate's MHA written in its own dialect (interview mode): built with the
+    constructor mapping and loaded by the placement the probe settled (``dialects.settle_placement``), else by name.
+    The mask convention is settled on the first case and kept for the others (``settled``)."""
+    recipe = settled.get("recipe")
+    if recipe is None:  # no probe settled a mapping: by name, as the grader always did
+        module, name = dialects.build(cls, ctor, square)
+        said_map = None
+    else:
+        module, name, said_map = dialects.build_mapped(cls, ctor, recipe.mapping, square)
+    placement = dialects.placement_for(module, ctor, square, recipe)
+    no_bias = placement.load(module, case["params"])
     caller = dialects.Caller(module)
-    if not settled:
+    if "mask" not in settled:
         settled["mask"] = caller.settle(case["calls"][0]["x"])
         settled["how"] = caller.kind, caller.shape
     caller.kind, caller.shape = settled["how"]
-    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias, "square": square}
-    return module, caller, pmap
+    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias, "square": square,
+                         "ctor": said_map, "placement": placement.label}
+    return module, caller, placement
 
 
 def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False, ctor=None,
@@ -461,6 +468,11 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
             cases, ctors = plan["square_cases"], plan["square_ctors"]
         ctor_args = [None] * len(cases)
     settled: dict = {}
+    if ctors[0] is not None:  # interview mode, another dialect: place by role and shape where names do not
+        try:
+            settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
+        except Exception:  # noqa: BLE001 - no mapping or placement settled: each case is built by name and says why
+            pass
     dialected = bool(plan.get("dialects"))
     if not plan.get("trace"):
         return [run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
