@@ -7,8 +7,9 @@ the log-sum-exp ``lse = m + log(l)`` is stored beside the output so that a backw
 ``exp(s - lse)`` without the (T, T) matrix. Causal: key blocks entirely above the diagonal are never loaded, and
 only the blocks that cross it are masked.
 
-Where no CUDA GPU is present, Triton's interpreter runs the kernel on the CPU (``TRITON_INTERPRET=1``, which
-triton reads when ``@triton.jit`` runs, so this module sets it before defining the kernel). The interpreter
+Where no CUDA GPU is present, Triton's interpreter runs the kernel on the CPU (``TRITON_INTERPRET=1``: triton reads
+it when each ``@triton.jit`` runs, its own helpers such as ``tl.zeros`` and ``tl.sum`` included, which run when
+triton is imported; so this module sets it before importing triton). The interpreter
 executes each program instance with NumPy: right in float32 and float16, not a performance figure, and it computes
 bfloat16 wrongly, so bfloat16 is refused there. Out-of-bounds reads raise nothing in the interpreter (nor on a GPU):
 every load past the sequence's end is masked.
@@ -34,6 +35,13 @@ except ImportError:  # macOS, Windows, or a Linux install without triton
 
 TRITON_AVAILABLE = triton is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _interpreter_complete() -> bool:
+    """Whether triton.language's own jit helpers were made for the interpreter (triton imported after the variable
+    was set): otherwise calling tl.zeros inside an interpreted kernel fails."""
+    from triton.runtime.interpreter import InterpretedFunction
+    return isinstance(tl.zeros, InterpretedFunction)
 MAX_HEAD_DIM = 128
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): the GPU's exp2 is one instruction
 LN_2 = 0.6931471805599453
@@ -144,6 +152,9 @@ def _check_inputs(q, k, v) -> None:
         why = " (Triton's interpreter computes bfloat16 wrongly: use float32 or float16 on the CPU)" \
             if q.dtype == torch.bfloat16 else ""
         raise ValueError(f"dtype {q.dtype} is not supported{why}; use one of {', '.join(map(str, allowed))}")
+    if interpreted and INTERPRETED and not _interpreter_complete():
+        raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set: restart the kernel and set it "
+                           "before the first `import triton`")
     if interpreted and not INTERPRETED:
         raise RuntimeError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before this module is "
                            "imported (it is set for you when no CUDA GPU is present)")
