@@ -149,7 +149,8 @@ def test_graded_in_the_sandbox(tmp_path):
     found = {}
     for name, src in subs.items():
         path = tmp_path / f"{name}.py"
-        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("flash_triton", flash_attention)\n')
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("flash_triton", flash_attention)'
+                        '\n')
         report = runner.grade_file(path, sandboxed=True)
         assert [r.exercise for r in report.results] == [EX], report.to_dict()
         found[name] = report.results[0]

@@ -44,7 +44,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "mutant.flash_tail_read_without_mask": (
         "the last key block is read without a mask: past the sequence's end tl.load reads whatever lies in memory "
         "(here NaN) and raises nothing; load K and V with mask=cols[:, None] < seq_len, other=0.0",
-        "读取最后一个键块时没有加掩码：超出序列末尾后，tl.load 读到的是内存里碰巧存着的东西（这里是 NaN），而且不会报错；"
+        "读取最后一个键块时没有加掩码：超出序列末尾后，tl.load 读到的是内存里碰巧存着的东西"
+        "（这里是 NaN），而且不会报错；"
         "加载 K 和 V 时要带上 mask=cols[:, None] < seq_len, other=0.0"),
     "mutant.flash_tail_scores_not_hidden": (
         "the keys past the sequence's end are loaded as zeros but their scores are not hidden: each gets the weight "
@@ -54,7 +55,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "mutant.flash_diagonal_block_unmasked": (
         "causal: the key blocks that cross the diagonal are not masked, so a query sees the later keys of its "
         "block; hide them with cols[None, :] <= rows[:, None]",
-        "因果：跨过对角线的键块没有加掩码，查询看到了同一块里排在它后面的键；要用 cols[None, :] <= rows[:, None] 遮住它们"),
+        "因果：跨过对角线的键块没有加掩码，查询看到了同一块里排在它后面的键；"
+        "要用 cols[None, :] <= rows[:, None] 遮住它们"),
     "mutant.flash_causal_ignored": (
         "causal=True computes full attention: stop the loop at the diagonal and mask the blocks that cross it",
         "causal=True 时算成了完整注意力：循环要停在对角线处，并给跨过对角线的块加掩码"),
