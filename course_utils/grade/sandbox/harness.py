@@ -303,7 +303,8 @@ def _fresh(a):
     with NaN, which a load without its mask reads)."""
     if not isinstance(a, torch.Tensor):
         return a
-    if a.is_contiguous() and a.storage_offset() == 0 and a.untyped_storage().nbytes() == a.nbytes:
+    whole = a.is_contiguous() and a.storage_offset() == 0 and a.untyped_storage().nbytes() == a.nbytes
+    if whole or 0 in a.stride():  # a broadcast view (stride 0) becomes a tensor of its own, as clone() makes it
         return a.clone()
     copy = torch.empty(0, dtype=a.dtype, device=a.device)
     return copy.set_(a.untyped_storage().clone(), a.storage_offset(), a.shape, a.stride())
