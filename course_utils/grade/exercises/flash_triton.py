@@ -79,9 +79,9 @@ TEXTS: dict[str, tuple[str, str]] = {
     "case:causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal": (
         "causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal",
         "因果，T = 37，块大小为 32 个查询 x 16 个键：每条对角线穿过两个键块"),
-    "case:causal, T = 32 (no tail), 2 sequences, head dim 32, blocks of 16 x 16": (
-        "causal, T = 32 (no tail), 2 sequences, head dim 32, blocks of 16 x 16",
-        "因果，T = 32（没有尾部），2 条序列，头维度 32，块大小 16 x 16"),
+    "case:causal, T = 32 (no tail), head dim 32, blocks of 16 x 16": (
+        "causal, T = 32 (no tail), head dim 32, blocks of 16 x 16",
+        "因果，T = 32（没有尾部），头维度 32，块大小 16 x 16"),
     "case:full attention, every score near -150 (a maximum started at 0 underflows), T = 20": (
         "full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
         "完整注意力，所有分数都在 -150 附近（从 0 开始的最大值会下溢），T = 20"),
@@ -211,8 +211,8 @@ def cases(g) -> list[Case]:
                    g, 1, 2, 37, 16, False, 32, 32),
         flash_case("causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal",
                    g, 1, 1, 37, 16, True, 32, 16),
-        flash_case("causal, T = 32 (no tail), 2 sequences, head dim 32, blocks of 16 x 16",
-                   g, 2, 1, 32, 32, True, 16, 16),
+        flash_case("causal, T = 32 (no tail), head dim 32, blocks of 16 x 16",
+                   g, 1, 1, 32, 32, True, 16, 16),
         flash_case("full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
                    g, 1, 1, 20, 16, False, 16, 16, negative=True),
     ]
