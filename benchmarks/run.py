@@ -29,6 +29,8 @@ from course_utils import get_device
 
 from .beyond import bench_mla_cache, bench_online_softmax, beyond_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
+from .flash_triton import CONFIGS as FLASH_TRITON_CONFIGS
+from .flash_triton import bench_flash_triton, flash_triton_ratios
 from .long_context import bench_ring_cache, long_context_ratios
 from .serving import bench_paged_decode, bench_split_k, serving_ratios
 from .timing import median_time, median_times
@@ -101,6 +103,9 @@ CONFIGS = {
                      split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
     ),
 }
+
+for _name, _cfg in CONFIGS.items():  # notebook 14's kernel: correctness on the CPU (interpreted), TFLOP/s on a GPU
+    _cfg["flash_triton"] = FLASH_TRITON_CONFIGS[_name]
 
 REQUIRED_RATIOS = ("fastest_mha_vs_sdpa", "fastest_mha_vs_nn_mha", "cache_speedup_512", "static_vs_growing_1024",
                    "gqa_cache_bytes_ratio_error")
@@ -362,6 +367,7 @@ def compute_ratios(report, cfg):
         **beyond_ratios(report),
         **long_context_ratios(report),
         **serving_ratios(report),
+        **flash_triton_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -374,6 +380,8 @@ def compute_ratios(report, cfg):
                        "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
                        "call) vs the online softmax walking the key blocks one after another, one query per head, "
                        "time ratio per key count",
+            "flash_triton": "GPU only: the course's Triton forward over SDPA's flash backend, TFLOP/s, bfloat16 "
+                            "(on the CPU the interpreter is checked for correctness, not timed)",
         },
     }
 
@@ -402,6 +410,9 @@ def run(cfg, device, out_path=None, log=print, quick=False):
         log("Serving: paged vs contiguous decoding, split-K vs one pass")
         report["paged_decode"] = bench_paged_decode(cfg, device, log)
         report["split_k"] = bench_split_k(cfg, device, log)
+    if "flash_triton" in cfg:
+        log("FlashAttention in Triton (notebook 14) vs SDPA's flash backend")
+        report["flash_triton"] = bench_flash_triton(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

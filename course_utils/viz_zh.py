@@ -144,6 +144,14 @@ LABELS = {
     "request (sorted by length)": "请求（按长度排序）",
     "token slots": "token 槽位数",
     "what each request holds: preallocated vs paged": "每个请求占用的槽位：预分配 vs 分页",
+    # 14
+    "key block (inner loop, in order)": "键块（内层循环，按顺序）",
+    "query block = program id 0": "查询块 = 程序 id 0",
+    "program 4's row": "程序 4 这一行",
+    "never loaded": "从不加载",
+    "loaded whole": "整块加载，不用掩码",
+    "masked: diagonal": "加掩码：对角线",
+    "masked: tail past T": "加掩码：超出 T 的尾部",
 }
 
 PATTERNS = [(re.compile(p), r) for p, r in (
@@ -177,6 +185,8 @@ PATTERNS = [(re.compile(p), r) for p, r in (
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
                 + "\n" + re.sub(r"^prev (\S+), induction (\S+)$", r"前一词元分数 \1，归纳分数 \2", m.group(4)))),
     (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+    (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
+    (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
     (r"^(zero|mean|resample) ablation$", lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)]),
     (r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",
      r"移除一个头（前一词元头：L\1H\2，归纳头：L\3H\4）"),

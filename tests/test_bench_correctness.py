@@ -222,3 +222,27 @@ def test_serving_benchmark_refuses_disagreeing_results(monkeypatch):
     monkeypatch.setattr(serving, "paged_attention", lambda q, cache, ids: q)
     with pytest.raises(AssertionError, match="differs from the contiguous"):
         serving.bench_paged_decode(TINY, "cpu", log=lambda *args: None)
+
+
+def test_flash_triton_benchmark_checks_correctness_on_the_cpu():
+    """On the CPU the Triton kernel runs interpreted: the section reports its errors against PyTorch, no time."""
+    # through the course's module, which sets TRITON_INTERPRET before importing triton (triton reads it then)
+    if not pytest.importorskip("course_utils.reference.flash_triton").TRITON_AVAILABLE:
+        pytest.skip("triton is not installed (it has wheels for Linux only)")
+    from benchmarks.flash_triton import CONFIGS, bench_flash_triton, flash_triton_ratios, forward_flops, peak_tflops
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU: the section times the compiled kernel (make bench)")
+    section = bench_flash_triton({"flash_triton": CONFIGS["cpu-quick"]}, "cpu", log=lambda *args: None)
+    assert section["interpreted"] and set(section["results"]) == {"1x2x37x16", "1x2x37x16 causal"}
+    assert all(max(errors.values()) < 2e-5 for errors in section["results"].values())
+    assert flash_triton_ratios({"flash_triton": section}) == {}
+    assert forward_flops(1, 1, 4, 2, causal=False) == 2 * forward_flops(1, 1, 4, 2, causal=True) == 128
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert peak_tflops("some other GPU") is None
+
+
+def test_flash_triton_benchmark_refuses_disagreeing_results():
+    from benchmarks.flash_triton import check_correct
+    wrong = lambda q, k, v, causal: (q, torch.zeros(q.shape[:-1]))  # noqa: E731 - returns q, not attention
+    with pytest.raises(AssertionError, match="disagree"):
+        check_correct(wrong, [(1, 1, 5, 16)], torch.float32, 1e-4)

@@ -4,15 +4,17 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PIN = re.compile(r"^\s*(?:-\s*)?([A-Za-z0-9_.\-]+)==([^\s#]+)")
+# name==version, then an optional environment marker: triton==3.9.0; sys_platform == "linux"
+PIN = re.compile(r"^\s*(?:-\s*)?([A-Za-z0-9_.\-]+)==([^\s#;]+)\s*(?:;\s*([^#]*?))?\s*(?:#.*)?$")
 
 
-def pins(path):
+def pins(path, markers=False):
+    """{name: version} (or {name: (version, marker)}) of every pinned line in ``path``."""
     found = {}
     for line in path.read_text().splitlines():
         m = PIN.match(line)
         if m:
-            found[m.group(1).lower()] = m.group(2)
+            found[m.group(1).lower()] = (m.group(2), m.group(3) or "") if markers else m.group(2)
     return found
 
 
@@ -56,3 +58,10 @@ def test_make_setup_finds_the_torch_pin():
     # make setup installs torch first, from the index TORCH_INDEX picks, with `grep -E '^torch==' requirements.txt`
     lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if re.match(r"torch==", line)]
     assert lines == [f"torch=={pins(ROOT / 'requirements.txt')['torch']}"], lines
+
+
+def test_markers_agree_and_triton_is_linux_only():
+    # triton has wheels for Linux only: pip skips it elsewhere, and notebook 14's tests skip with the reason
+    req, env = pins(ROOT / "requirements.txt", markers=True), pins(ROOT / "environment.yml", markers=True)
+    assert {k: v for k, v in req.items() if v[1]} == {k: v for k, v in env.items() if v[1]}
+    assert req["triton"][1] == 'sys_platform == "linux"', req["triton"]

@@ -151,7 +151,8 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
             "--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/submission",
             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONWARNINGS", "ignore", "--"]
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONWARNINGS", "ignore",
+            "--setenv", "TRITON_INTERPRET", "1", "--"]  # no GPU in here: exercise 14's kernels run interpreted
     if os.geteuid() == 0:
         uid = str(sandbox_uid(slot))
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
@@ -234,7 +235,8 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
             nproc = _user_processes() + limits.MAX_TASKS
             cwd = str(private)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(private), "OMP_NUM_THREADS": "1",
-                   "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore"}
+                   "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore",
+                   "TRITON_INTERPRET": "1"}  # as in the sandbox: exercise 14's kernels run in triton's interpreter
         box = limits.Box()  # the submission's total: memory over all its processes, tasks (see limits.py)
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
