@@ -16,7 +16,7 @@ PIP_ARGS ?=
 TORCH_INDEX ?= auto
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX_TIMEOUT ?= 3
-# triton (Linux only, about 1 GB installed) runs notebook 14's kernels; WITH_TRITON=0 leaves it out
+# triton (Linux only, about 700 MB installed) runs notebook 14's kernels; WITH_TRITON=0 leaves it out
 WITH_TRITON ?= 1
 SUBMISSIONS ?= submissions
 OUT    ?= grades
@@ -35,7 +35,7 @@ help:
 	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
 	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
 	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
-	@echo "                  WITH_TRITON=0 leaves out triton (about 1 GB; notebook 14 and exercise 14 need it)"
+	@echo "                  WITH_TRITON=0 leaves out triton (about 700 MB; notebook 14 and exercise 14 need it)"
 	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
 	@echo "make lint         ruff (checks, format) and mypy on the Python packages and tests (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
@@ -73,7 +73,7 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
 	else \
 		echo "== 1/3 PyTorch comes with the next step, from the default index (on Linux the CUDA build: several GB)"; \
 	fi
-	@echo "== 2/3 JupyterLab, matplotlib, numpy, ipywidgets, triton (Linux) and their dependencies (requirements.txt): about 90 MB, triton about 290 MB more"
+	@echo "== 2/3 JupyterLab, matplotlib, numpy, ipywidgets, triton (Linux) and their dependencies (requirements.txt): about 90 MB, triton about 200 MB more"
 	@# WITH_TRITON=0: every pin but triton's (notebook 14 then says why it cannot run; its tests skip)
 	@if [ "$(WITH_TRITON)" = 0 ]; then grep -v '^triton==' requirements.txt > $(VENV)/requirements-without-triton.txt; \
 		echo "$(PY) -m pip install $(PIP_ARGS) -r requirements.txt (without triton)"; \

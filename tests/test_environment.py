@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# name==version, then an optional environment marker: triton==3.9.0; sys_platform == "linux"
+# name==version, then an optional environment marker: triton==3.7.1; sys_platform == "linux"
 PIN = re.compile(r"^\s*(?:-\s*)?([A-Za-z0-9_.\-]+)==([^\s#;]+)\s*(?:;\s*([^#]*?))?\s*(?:#.*)?$")
 
 
