@@ -18,15 +18,16 @@ all-to-all turns "all heads, a chunk of tokens" into "all tokens, a chunk of hea
 Two forms of the ring: ``ring_attention_simulated`` runs every rank in one process over a list of chunks (for the
 notebook, the tests and the grader; differentiable), and ``ring_attention_rank`` is one rank's side over
 ``torch.distributed`` (gloo on CPU, NCCL on GPUs), run by ``launch_local`` (torch.multiprocessing, loopback only)
-or unchanged by ``torchrun`` (``python -m course_utils.reference.ring_attention``).
+or unchanged by ``torchrun`` (``torchrun --nproc-per-node=N -m course_utils.reference.ring_torchrun``).
 """
 from __future__ import annotations
 
 import math
 import os
 import queue
+import shutil
 import socket
-import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -144,7 +145,7 @@ def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, lay
     """Ring attention with ``world_size`` ranks simulated in one process; returns (out (..., S, dv), lse (..., S))
     in sequence order, equal to softmax(q k^T * scale) v (causal or not). q, k (..., S, d), v (..., S, dv)."""
     _check_qkv(q, k, v)
-    positions = chunk_positions(q.shape[-2], world_size, layout)
+    positions = [p.to(q.device) for p in chunk_positions(q.shape[-2], world_size, layout)]
     q_chunks, k_chunks, v_chunks = (split_sequence(t, world_size, layout) for t in (q, k, v))
     outs, lses = [], []
     for rank in range(world_size):
@@ -178,7 +179,7 @@ def allgather_attention_simulated(q, k, v, world_size: int, causal: bool = False
     """All-gather context parallelism (as Llama 3 trained at long context): every rank gathers every rank's
     K/V chunk, then attends its own query chunk to all of it in one call. Returns (out, lse) in sequence order."""
     _check_qkv(q, k, v)
-    positions = chunk_positions(q.shape[-2], world_size, layout)
+    positions = [p.to(q.device) for p in chunk_positions(q.shape[-2], world_size, layout)]
     q_chunks, k_chunks, v_chunks = (split_sequence(t, world_size, layout) for t in (q, k, v))
     k_all, v_all, k_pos = torch.cat(k_chunks, -2), torch.cat(v_chunks, -2), torch.cat(positions)  # the gather
     results = [attend_chunk(q_chunks[r], k_all, v_all, positions[r], k_pos, causal, scale) for r in range(world_size)]
@@ -201,7 +202,7 @@ def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, 
         return [torch.cat([chunk.chunk(world_size, dim=1)[r] for chunk in per_rank], dim=-2) for r in range(world_size)]
 
     qh, kh, vh = (all_to_all(chunks) for chunks in token_chunks)
-    pos = torch.arange(seq_len)
+    pos = torch.arange(seq_len, device=q.device)
     outs = [attend_chunk(qh[r], kh[r], vh[r], pos, pos, causal, scale)[0] for r in range(world_size)]
     return torch.cat(outs, dim=1)  # the inverse all-to-all, heads back together
 
@@ -241,7 +242,7 @@ def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str
     from rank - 1, posted together before the compute): communication overlapped with compute. Every wait is
     bounded by ``timeout_s``, so a stuck ring is named by a timeout, not a hang."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    positions = chunk_positions(seq_len, world_size, layout)  # every rank's, to size each incoming chunk
+    positions = [p.to(q.device) for p in chunk_positions(seq_len, world_size, layout)]  # all ranks': sizes, masks
     nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
     kv = torch.cat([k, v], dim=-1).contiguous()  # one message per hop: (..., S_src, d + dv)
     d = k.shape[-1]
@@ -265,23 +266,20 @@ def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str
     return out, lse, bytes_sent
 
 
-def loopback_free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the rendezvous of a local run binds loopback only)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _loopback_interface() -> str:
     names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
     return names[0] if names else "lo"
 
 
-def _local_worker(rank, world_size, port, seq_len, causal, layout, seed, dtype, results, timeout_s):
-    """One process of ``launch_local``: join the group on loopback, run its rank, put (rank, out, lse, bytes)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=_loopback_interface())
+def _local_worker(rank, world_size, store_path, seq_len, causal, layout, seed, dtype, results, timeout_s):
+    """One process of ``launch_local``: join the group on loopback, run its rank, put (rank, out, lse, bytes).
+
+    The rendezvous is a file (a TCP store's server would listen on every interface), and gloo's own sockets are
+    bound to the loopback interface: nothing outside this machine can reach the ring."""
+    os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
     try:
         q, k, v = example_qkv(seq_len, seed, dtype)
         chunks = [split_sequence(t, world_size, layout)[rank] for t in (q, k, v)]
@@ -308,10 +306,9 @@ def launch_local(world_size: int, seq_len: int, causal: bool = True, layout: str
     if start_method is None:
         start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     results = mp.get_context(start_method).Queue()
-    port = loopback_free_port()
-    procs = mp.start_processes(_local_worker, args=(world_size, port, seq_len, causal, layout, seed, dtype, results,
-                                                    timeout_s), nprocs=world_size, join=False,
-                               start_method=start_method)
+    store_dir = tempfile.mkdtemp(prefix="ring-")
+    args = (world_size, os.path.join(store_dir, "store"), seq_len, causal, layout, seed, dtype, results, timeout_s)
+    procs = mp.start_processes(_local_worker, args=args, nprocs=world_size, join=False, start_method=start_method)
     got = {}
     try:
         deadline = time.monotonic() + 2 * timeout_s
@@ -324,50 +321,14 @@ def launch_local(world_size: int, seq_len: int, causal: bool = True, layout: str
             except queue.Empty:
                 continue
             got[rank] = (torch.from_numpy(out), torch.from_numpy(lse), sent)
-        while not procs.join(timeout=timeout_s):
-            pass
+        procs.join(timeout=timeout_s)  # they have sent their results; one still running then is ended below
     finally:
         for p in procs.processes:  # only ours, and only if still running after an error
             if p.is_alive():
                 p.terminate()
                 p.join()
+        shutil.rmtree(store_dir, ignore_errors=True)
     outs = [got[r][0] for r in range(world_size)]
     lses = [got[r][1][..., None] for r in range(world_size)]
     return (gather_sequence(outs, layout), gather_sequence(lses, layout)[..., 0],
             [got[r][2] for r in range(world_size)])
-
-
-def _torchrun_main(argv=None):
-    """``torchrun --nproc-per-node=N -m course_utils.reference.ring_attention [--seq-len S] [--zigzag]``: each
-    process checks its rank's rows against SDPA on the whole sequence. NCCL on GPUs, gloo otherwise."""
-    import argparse
-
-    import torch.nn.functional as F
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq-len", type=int, default=1000)
-    parser.add_argument("--layout", choices=LAYOUTS, default="zigzag")
-    parser.add_argument("--no-causal", action="store_true")
-    args = parser.parse_args(argv)
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=60))
-    try:
-        rank, world_size = dist.get_rank(), dist.get_world_size()
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else torch.device("cpu")
-        if use_cuda:
-            torch.cuda.set_device(device)
-        q, k, v = (t.to(device) for t in example_qkv(args.seq_len))
-        causal = not args.no_causal
-        chunks = [split_sequence(t, world_size, args.layout)[rank] for t in (q, k, v)]
-        out, _, sent = ring_attention_rank(*chunks, seq_len=args.seq_len, causal=causal, layout=args.layout)
-        want = split_sequence(F.scaled_dot_product_attention(q, k, v, is_causal=causal), world_size, args.layout)[rank]
-        err = (out - want).abs().max().item()
-        print(f"rank {rank}/{world_size} ({device}): max |ring - sdpa| = {err:.1e}, sent {sent} bytes")
-        ok = err < 1e-4
-    finally:
-        dist.destroy_process_group()
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(_torchrun_main())
