@@ -14,7 +14,7 @@ SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
 # the exercise ids of the shared contract, each checked by exactly one notebook
 EXERCISE_IDS = {"self_attention", "causal", "wrapper", "mha", "mha_interview", "kv_cache", "gqa",
                 "rope", "online_softmax", "mla", "induction_head",  # induction_head: the capstone's function exercise
-                "sliding_window", "paged_decode"}
+                "sliding_window", "paged_decode", "ring_attention"}
 CHECK_CALL = re.compile(r'check\("(\w+)",|check_answers\(')
 
 

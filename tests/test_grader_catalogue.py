@@ -12,9 +12,9 @@ from course_utils.grade.protocol import Graded, run_in_process
 from tests.conftest import grade, load
 from tests.grader_cases.implementations import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT, mutate
 
-# exercises 08-13 have grader tests of their own (test_grader_beyond.py, test_grader_sliding_window.py,
-# test_grader_paged_decode.py)
-SKIPPED = ("rope", "online_softmax", "mla", "induction_head", "sliding_window", "paged_decode")
+# exercises 08-13 and 15 have grader tests of their own (test_grader_beyond.py, test_grader_sliding_window.py,
+# test_grader_paged_decode.py, test_grader_ring_attention.py)
+SKIPPED = ("rope", "online_softmax", "mla", "induction_head", "sliding_window", "paged_decode", "ring_attention")
 EXERCISES = tuple(ex for ex in IDS if ex not in SKIPPED)
 
 
