@@ -10,7 +10,9 @@ must produce the same greedy tokens, and the measured cache bytes must equal cou
 The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
 latent cache (notebook 10) against GQA's (benchmarks/beyond.py); both sections are skipped for a config without them.
 A sliding-window layer decodes 4096 steps with a ring-buffer cache against a growing one (notebook 12,
-benchmarks/long_context.py): bytes held and time.
+benchmarks/long_context.py): bytes held and time. Ring attention, all-gather and Ulysses run on local gloo
+processes (notebook 15, benchmarks/context_parallel.py): bytes per rank checked against the formula, and the ring's
+time per step against SDPA in one process.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch
 from course_utils import get_device
 
 from .beyond import bench_mla_cache, bench_online_softmax, beyond_ratios
+from .context_parallel import bench_context_parallel_bytes, bench_ring_step_time, context_parallel_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .long_context import bench_ring_cache, long_context_ratios
 from .serving import bench_paged_decode, bench_split_k, serving_ratios
@@ -54,6 +57,8 @@ CONFIGS = {
         serving=dict(batch=8, kv_heads=2, heads=8, head_dim=64, block_size=16, min_prompt=16, max_prompt=512,
                      max_len=1024, steps=32, dtype="float32", atol=1e-4, repeats=3,
                      split_keys=[16384, 32768, 65536], split_heads=8, split_head_dim=64, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
+                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -69,6 +74,8 @@ CONFIGS = {
         serving=dict(batch=4, kv_heads=2, heads=4, head_dim=32, block_size=16, min_prompt=16, max_prompt=256,
                      max_len=512, steps=8, dtype="float32", atol=1e-4, repeats=1,
                      split_keys=[16384], split_heads=4, split_head_dim=64, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
+                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -84,6 +91,8 @@ CONFIGS = {
         serving=dict(batch=32, kv_heads=8, heads=32, head_dim=128, block_size=16, min_prompt=64, max_prompt=2048,
                      max_len=4096, steps=32, dtype="bfloat16", atol=5e-2, repeats=3,
                      split_keys=[16384, 32768, 65536], split_heads=32, split_head_dim=128, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
+                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -99,6 +108,8 @@ CONFIGS = {
         serving=dict(batch=8, kv_heads=2, heads=8, head_dim=128, block_size=16, min_prompt=64, max_prompt=1024,
                      max_len=2048, steps=8, dtype="bfloat16", atol=5e-2, repeats=1,
                      split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
+                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
     ),
 }
 
@@ -362,6 +373,7 @@ def compute_ratios(report, cfg):
         **beyond_ratios(report),
         **long_context_ratios(report),
         **serving_ratios(report),
+        **context_parallel_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -373,6 +385,10 @@ def compute_ratios(report, cfg):
             "serving": "paged_attention (gathers the blocks in PyTorch) vs a preallocated padded cache, tokens/s and "
                        "unused bytes; split-K (all chunks in one batched call) vs the online softmax walking the "
                        "key blocks one after another, one query per head, time ratio per key count",
+            "context_parallel": "causal attention on W local gloo processes (CPU, loopback): bytes per rank of the "
+                                "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
+                                "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
+                                "thread each",
         },
     }
 
@@ -401,6 +417,10 @@ def run(cfg, device, out_path=None, log=print, quick=False):
         log("Serving: paged vs contiguous decoding, split-K vs one pass")
         report["paged_decode"] = bench_paged_decode(cfg, device, log)
         report["split_k"] = bench_split_k(cfg, device, log)
+    if "context_parallel" in cfg:
+        log("Context parallelism: bytes per rank (ring, all-gather, Ulysses) and the gloo ring's time per step")
+        report["cp_bytes"] = bench_context_parallel_bytes(cfg, log)
+        report["cp_ring_time"] = bench_ring_step_time(cfg, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

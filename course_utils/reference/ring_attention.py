@@ -266,26 +266,92 @@ def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str
     return out, lse, bytes_sent
 
 
+def allgather_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
+                             timeout_s: float = 30.0):
+    """One rank's side of all-gather context parallelism (Llama 3's): gather every rank's K/V chunk, then attend
+    this rank's queries to all of it at once. Returns (out, lse, bytes_sent): its chunk goes to the W - 1 others
+    (chunks padded to the longest, as ``all_gather`` needs one shape)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    positions = [p.to(q.device) for p in chunk_positions(seq_len, world_size, layout)]
+    longest = max(len(p) for p in positions)
+    kv = torch.cat([k, v], dim=-1)
+    kv = torch.cat([kv, kv.new_zeros(*kv.shape[:-2], longest - kv.shape[-2], kv.shape[-1])], dim=-2)
+    gathered = [torch.empty_like(kv) for _ in range(world_size)]
+    dist.all_gather(gathered, kv.contiguous(), async_op=True).wait(timedelta(seconds=timeout_s))
+    kv_all = torch.cat([g[..., :len(p), :] for g, p in zip(gathered, positions, strict=True)], dim=-2)
+    d = k.shape[-1]
+    out, lse = attend_chunk(q, kv_all[..., :d], kv_all[..., d:], positions[rank], torch.cat(positions), causal, scale)
+    return out, lse, (world_size - 1) * kv.numel() * kv.element_size()
+
+
+def ulysses_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
+                           timeout_s: float = 30.0):
+    """One rank's side of DeepSpeed-Ulysses: q, k, v (B, H, S/W, d) are this rank's contiguous chunk of tokens
+    for all heads. An all-to-all gives it every token for H/W heads; it attends them; a second all-to-all sends
+    the outputs back to token chunks. Returns (out, lse, bytes_sent): of each all-to-all, the W - 1 parts that
+    leave the rank."""
+    world_size = dist.get_world_size()
+    batch, heads, chunk = q.shape[0], q.shape[1], q.shape[2]
+    if layout != "contiguous" or seq_len % world_size or heads % world_size:
+        raise ValueError(f"this Ulysses needs the contiguous layout, world_size={world_size} dividing seq_len="
+                         f"{seq_len} and the {heads} heads")
+    sent = 0
+
+    def exchange(send):  # send (W, ...): part r goes to rank r; returns recv (W, ...): part r came from rank r
+        nonlocal sent
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, async_op=True).wait(timedelta(seconds=timeout_s))
+        sent += (world_size - 1) * send[0].numel() * send.element_size()
+        return recv
+
+    def to_heads(x):  # (B, H, S/W, e) -> (B, H/W, S, e): every token, this rank's heads
+        parts = x.reshape(batch, world_size, heads // world_size, chunk, x.shape[-1]).movedim(1, 0).contiguous()
+        return exchange(parts).movedim(0, 2).reshape(batch, heads // world_size, world_size * chunk, x.shape[-1])
+
+    def to_tokens(x):  # (B, H/W, S, e) -> (B, H, S/W, e): this rank's tokens, every head
+        parts = x.reshape(batch, heads // world_size, world_size, chunk, x.shape[-1]).movedim(2, 0).contiguous()
+        return exchange(parts).movedim(0, 1).reshape(batch, heads, chunk, x.shape[-1])
+
+    pos = torch.arange(seq_len, device=q.device)
+    out, lse = attend_chunk(to_heads(q), to_heads(k), to_heads(v), pos, pos, causal, scale)
+    out = to_tokens(out)
+    method_bytes = sent  # q, k, v in and the output back: what the method needs
+    lse = to_tokens(lse[..., None])[..., 0]  # for the caller's check only
+    return out, lse, method_bytes
+
+
+RANK_FUNCTIONS = {"ring": ring_attention_rank, "allgather": allgather_attention_rank,
+                  "ulysses": ulysses_attention_rank}
+
+
 def _loopback_interface() -> str:
     names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
     return names[0] if names else "lo"
 
 
-def _local_worker(rank, world_size, store_path, seq_len, causal, layout, seed, dtype, results, timeout_s):
-    """One process of ``launch_local``: join the group on loopback, run its rank, put (rank, out, lse, bytes).
+def _local_worker(rank, world_size, store_path, run, results):
+    """One process of ``launch_local``: join the group on loopback, run its rank, put (rank, out, lse, bytes,
+    seconds per repeat).
 
     The rendezvous is a file (a TCP store's server would listen on every interface), and gloo's own sockets are
     bound to the loopback interface: nothing outside this machine can reach the ring."""
     os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+                            timeout=timedelta(seconds=run["timeout_s"]))
     try:
-        q, k, v = example_qkv(seq_len, seed, dtype)
-        chunks = [split_sequence(t, world_size, layout)[rank] for t in (q, k, v)]
-        out, lse, sent = ring_attention_rank(*chunks, seq_len=seq_len, causal=causal, layout=layout,
-                                             timeout_s=timeout_s)
-        results.put((rank, out.numpy(), lse.numpy(), sent))  # plain arrays: no shared memory to outlive us
+        q, k, v = example_qkv(run["seq_len"], run["seed"], run["dtype"], heads=run["heads"])
+        chunks = [split_sequence(t, world_size, run["layout"])[rank] for t in (q, k, v)]
+        fn = RANK_FUNCTIONS[run["method"]]
+        kwargs = dict(seq_len=run["seq_len"], causal=run["causal"], layout=run["layout"], timeout_s=run["timeout_s"])
+        out, lse, sent = fn(*chunks, **kwargs)
+        seconds = []
+        for _ in range(run["repeats"]):  # timed runs, all ranks starting together
+            dist.barrier()
+            start = time.perf_counter()
+            fn(*chunks, **kwargs)
+            seconds.append(time.perf_counter() - start)
+        results.put((rank, out.numpy(), lse.numpy(), sent, seconds))  # plain arrays: no shared memory to outlive us
     finally:
         dist.destroy_process_group()
 
@@ -303,24 +369,39 @@ def launch_local(world_size: int, seq_len: int, causal: bool = True, layout: str
 
     ``start_method`` defaults to "fork" where the platform has it (a forked child starts in milliseconds; a spawned
     one imports torch again, a second or more each), else "spawn"."""
+    out, lse, sent, _ = run_local(world_size, seq_len, "ring", causal=causal, layout=layout, seed=seed, dtype=dtype,
+                                  timeout_s=timeout_s, start_method=start_method)
+    return out, lse, sent
+
+
+def run_local(world_size: int, seq_len: int, method: str = "ring", causal: bool = True, layout: str = "contiguous",
+              seed: int = 0, dtype=torch.float32, heads: int = 2, repeats: int = 0, timeout_s: float = 30.0,
+              start_method: str | None = None):
+    """``method`` ("ring", "allgather" or "ulysses") on ``world_size`` local processes over ``example_qkv(seq_len,
+    seed, heads=heads)``, then ``repeats`` timed runs. Returns (out, lse, bytes_sent per rank, seconds per rank
+    per repeat), out and lse in sequence order."""
+    if method not in RANK_FUNCTIONS:
+        raise ValueError(f"method must be one of {tuple(RANK_FUNCTIONS)}, got {method!r}")
     if start_method is None:
         start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     results = mp.get_context(start_method).Queue()
     store_dir = tempfile.mkdtemp(prefix="ring-")
-    args = (world_size, os.path.join(store_dir, "store"), seq_len, causal, layout, seed, dtype, results, timeout_s)
+    run = dict(seq_len=seq_len, method=method, causal=causal, layout=layout, seed=seed, dtype=dtype, heads=heads,
+               repeats=repeats, timeout_s=timeout_s)
+    args = (world_size, os.path.join(store_dir, "store"), run, results)
     procs = mp.start_processes(_local_worker, args=args, nprocs=world_size, join=False, start_method=start_method)
     got = {}
     try:
-        deadline = time.monotonic() + 2 * timeout_s
+        deadline = time.monotonic() + 2 * timeout_s + repeats * timeout_s
         while len(got) < world_size:  # read while they run: a child blocks on a full pipe until we do
             if time.monotonic() > deadline:
-                raise TimeoutError(f"ring of {world_size} processes: no result in {2 * timeout_s} s")
+                raise TimeoutError(f"{method} on {world_size} processes: no result in time")
             procs.join(timeout=0)  # raises at once, with the child's traceback, if a process failed
             try:
-                rank, out, lse, sent = results.get(timeout=0.05)
+                rank, out, lse, sent, seconds = results.get(timeout=0.05)
             except queue.Empty:
                 continue
-            got[rank] = (torch.from_numpy(out), torch.from_numpy(lse), sent)
+            got[rank] = (torch.from_numpy(out), torch.from_numpy(lse), sent, seconds)
         procs.join(timeout=timeout_s)  # they have sent their results; one still running then is ended below
     finally:
         for p in procs.processes:  # only ours, and only if still running after an error
@@ -331,4 +412,4 @@ def launch_local(world_size: int, seq_len: int, causal: bool = True, layout: str
     outs = [got[r][0] for r in range(world_size)]
     lses = [got[r][1][..., None] for r in range(world_size)]
     return (gather_sequence(outs, layout), gather_sequence(lses, layout)[..., 0],
-            [got[r][2] for r in range(world_size)])
+            [got[r][2] for r in range(world_size)], [got[r][3] for r in range(world_size)])
