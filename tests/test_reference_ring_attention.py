@@ -3,6 +3,7 @@ simulated over 1-5 ranks, causal or not, contiguous or zigzag, lengths no world 
 all-gather and Ulysses variants; the zigzag layout's balance; and one real ring of gloo processes on loopback whose
 bytes sent match the formula."""
 import math
+import multiprocessing
 
 import pytest
 import torch
@@ -124,3 +125,25 @@ def test_gloo_processes_match_sdpa_and_send_what_the_formula_says():
     heads, head_dim = q.shape[1], q.shape[-1]
     want = comm_bytes_per_rank("ring", seq_len, world_size, heads, heads, head_dim, bytes_per_element=4)
     assert sent == [want] * world_size
+
+
+def _silent_right_neighbour(q, k, v, seq_len, causal, layout, timeout_s):
+    """Rank 1 never posts its send or its receive: rank 0's ring is stuck at its first step."""
+    import time
+
+    import torch.distributed as dist
+
+    from course_utils.reference import ring_attention
+
+    if dist.get_rank() == 1:
+        time.sleep(3 * timeout_s)
+        return q, q[..., 0], 0
+    return ring_attention.ring_attention_rank(q, k, v, seq_len, causal, layout, timeout_s=timeout_s)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
+def test_a_stuck_ring_is_named_by_a_timeout_not_a_hang(monkeypatch):
+    from course_utils.reference import ring_attention
+    monkeypatch.setitem(ring_attention.RANK_FUNCTIONS, "silent", _silent_right_neighbour)  # forked children see it
+    with pytest.raises(Exception, match=r"rank 0: ring step 0 did not complete in 1 s"):
+        ring_attention.run_local(2, 16, "silent", timeout_s=1, start_method="fork")

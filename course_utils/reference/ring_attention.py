@@ -232,6 +232,20 @@ def comm_bytes_per_rank(method: str, seq_len: int, world_size: int, num_heads: i
 # ---------------------------------------------------------------------------------------------
 # the ring across processes: torch.distributed
 
+def _wait(work, timeout_s, what):
+    """Wait for one transfer at most ``timeout_s`` seconds; a neighbour that never sends or receives (a deadlock)
+    is then named as a TimeoutError instead of hanging the ring."""
+    try:
+        done = work.wait(timedelta(seconds=timeout_s))
+    except RuntimeError as exc:  # gloo raises on its timeout; NCCL's watchdog aborts
+        if "timed out" not in str(exc).lower():
+            raise
+        done = False
+    if done is False:
+        raise TimeoutError(f"{what} did not complete in {timeout_s} s: a neighbour that never sends or receives "
+                           f"(a deadlock?)")
+
+
 def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
                         timeout_s: float = 30.0):
     """One rank's side of ring attention over the default process group: q, k (..., S_r, d), v (..., S_r, dv) are
@@ -259,8 +273,7 @@ def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str
             out_i, lse_i = attend_chunk(q, kv[..., :d], kv[..., d:], positions[rank], positions[src], causal, scale)
             out, lse = merge_step(out, lse, out_i, lse_i)
         for work in pending:
-            if not work.wait(timedelta(seconds=timeout_s)):
-                raise TimeoutError(f"rank {rank}: ring step {step} did not complete in {timeout_s} s")
+            _wait(work, timeout_s, f"rank {rank}: ring step {step}")
         if pending:
             kv = incoming
     return out, lse, bytes_sent
@@ -277,7 +290,7 @@ def allgather_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout
     kv = torch.cat([k, v], dim=-1)
     kv = torch.cat([kv, kv.new_zeros(*kv.shape[:-2], longest - kv.shape[-2], kv.shape[-1])], dim=-2)
     gathered = [torch.empty_like(kv) for _ in range(world_size)]
-    dist.all_gather(gathered, kv.contiguous(), async_op=True).wait(timedelta(seconds=timeout_s))
+    _wait(dist.all_gather(gathered, kv.contiguous(), async_op=True), timeout_s, f"rank {rank}: all-gather")
     kv_all = torch.cat([g[..., :len(p), :] for g, p in zip(gathered, positions, strict=True)], dim=-2)
     d = k.shape[-1]
     out, lse = attend_chunk(q, kv_all[..., :d], kv_all[..., d:], positions[rank], torch.cat(positions), causal, scale)
@@ -300,7 +313,7 @@ def ulysses_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: 
     def exchange(send):  # send (W, ...): part r goes to rank r; returns recv (W, ...): part r came from rank r
         nonlocal sent
         recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, async_op=True).wait(timedelta(seconds=timeout_s))
+        _wait(dist.all_to_all_single(recv, send, async_op=True), timeout_s, "all-to-all")
         sent += (world_size - 1) * send[0].numel() * send.element_size()
         return recv
 
