@@ -10,7 +10,9 @@ must produce the same greedy tokens, and the measured cache bytes must equal cou
 The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
 latent cache (notebook 10) against GQA's (benchmarks/beyond.py); both sections are skipped for a config without them.
 A sliding-window layer decodes 4096 steps with a ring-buffer cache against a growing one (notebook 12,
-benchmarks/long_context.py): bytes held and time.
+benchmarks/long_context.py): bytes held and time. Ring attention, all-gather and Ulysses run on local gloo
+processes (notebook 15, benchmarks/context_parallel.py): bytes per rank checked against the formula, and the ring's
+time per step against SDPA in one process.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch
 from course_utils import get_device
 
 from .beyond import bench_mla_cache, bench_online_softmax, beyond_ratios
+from .context_parallel import bench_context_parallel_bytes, bench_ring_step_time, context_parallel_ratios
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .flash_triton import CONFIGS as FLASH_TRITON_CONFIGS
 from .flash_triton import bench_flash_triton, flash_triton_ratios
@@ -56,6 +59,8 @@ CONFIGS = {
         serving=dict(batch=8, kv_heads=2, heads=8, head_dim=64, block_size=16, min_prompt=16, max_prompt=512,
                      max_len=1024, steps=32, dtype="float32", atol=1e-4, repeats=3,
                      split_keys=[16384, 32768, 65536], split_heads=8, split_head_dim=64, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
+                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -71,6 +76,8 @@ CONFIGS = {
         serving=dict(batch=4, kv_heads=2, heads=4, head_dim=32, block_size=16, min_prompt=16, max_prompt=256,
                      max_len=512, steps=8, dtype="float32", atol=1e-4, repeats=1,
                      split_keys=[16384], split_heads=4, split_head_dim=64, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
+                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -86,6 +93,8 @@ CONFIGS = {
         serving=dict(batch=32, kv_heads=8, heads=32, head_dim=128, block_size=16, min_prompt=64, max_prompt=2048,
                      max_len=4096, steps=32, dtype="bfloat16", atol=5e-2, repeats=3,
                      split_keys=[16384, 32768, 65536], split_heads=32, split_head_dim=128, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
+                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -101,6 +110,8 @@ CONFIGS = {
         serving=dict(batch=8, kv_heads=2, heads=8, head_dim=128, block_size=16, min_prompt=64, max_prompt=1024,
                      max_len=2048, steps=8, dtype="bfloat16", atol=5e-2, repeats=1,
                      split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
+        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
+                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
     ),
 }
 
@@ -368,6 +379,7 @@ def compute_ratios(report, cfg):
         **long_context_ratios(report),
         **serving_ratios(report),
         **flash_triton_ratios(report),
+        **context_parallel_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -382,6 +394,10 @@ def compute_ratios(report, cfg):
                        "time ratio per key count",
             "flash_triton": "GPU only: the course's Triton forward over SDPA's flash backend, TFLOP/s, bfloat16 "
                             "(on the CPU the interpreter is checked for correctness, not timed)",
+            "context_parallel": "causal attention on W local gloo processes (CPU, loopback): bytes per rank of the "
+                                "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
+                                "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
+                                "thread each",
         },
     }
 
@@ -413,6 +429,10 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     if "flash_triton" in cfg:
         log("FlashAttention in Triton (notebook 14) vs SDPA's flash backend")
         report["flash_triton"] = bench_flash_triton(cfg, device, log)
+    if "context_parallel" in cfg:
+        log("Context parallelism: bytes per rank (ring, all-gather, Ulysses) and the gloo ring's time per step")
+        report["cp_bytes"] = bench_context_parallel_bytes(cfg, log)
+        report["cp_ring_time"] = bench_ring_step_time(cfg, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

@@ -30,6 +30,22 @@ from .reference.mla import MultiHeadLatentAttention
 from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
 from .reference.online_softmax import online_softmax_attention
 from .reference.paged_kv_cache import OutOfBlocksError, PagedKVCache, paged_attention
+from .reference.ring_attention import (
+    allgather_attention_simulated,
+    attend_chunk,
+    chunk_positions,
+    comm_bytes_per_rank,
+    example_qkv,
+    gather_sequence,
+    launch_local,
+    merge_step,
+    ring_attention_rank,
+    ring_attention_simulated,
+    ring_sources,
+    split_sequence,
+    ulysses_attention_simulated,
+    work_per_step,
+)
 from .reference.rope_scaling import (
     linear_scaling_inv_freq,
     llama3_inv_freq,
@@ -79,6 +95,10 @@ __all__ = [
     "sliding_window_mask_at", "yarn_correction_range", "yarn_inv_freq",
     # serving (notebook 13)
     "OutOfBlocksError", "PagedKVCache", "merge_partials", "paged_attention", "split_k_attention",
+    # attention across devices (notebook 15)
+    "allgather_attention_simulated", "attend_chunk", "chunk_positions", "comm_bytes_per_rank", "example_qkv",
+    "gather_sequence", "launch_local", "merge_step", "ring_attention_rank", "ring_attention_simulated",
+    "ring_sources", "split_sequence", "ulysses_attention_simulated", "work_per_step",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
 

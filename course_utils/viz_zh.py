@@ -152,9 +152,26 @@ LABELS = {
     "loaded whole": "整块加载，不用掩码",
     "masked: diagonal": "加掩码：对角线",
     "masked: tail past T": "加掩码：超出 T 的尾部",
+    # 15
+    "rank (keeps its query chunk)": "rank（保留自己的查询块）",
+    "ring step": "环上的第几步",
+    "rank": "rank 编号",
+    "K/V chunk each rank holds": "每个 rank 手里的 K/V 块",
+    "owner of the K/V chunk": "K/V 块来自哪个 rank",
+    "visible query-key pairs": "可见的查询-键对数",
+    "rank computing the pair": "计算这一对的 rank",
+    "ranks W": "rank 数 W",
+    "MiB sent per rank per layer": "每个 rank 每层发送的 MiB",
+    "128k tokens": "128k 个 token",
+    "ring": "环形注意力",
+    "allgather": "全收集",
+    "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
+    "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
 }
 
 PATTERNS = [(re.compile(p), r) for p, r in (
+    (r"^(\w+): ring time (\d+)$", r"\1：环的总时间 \2"),
+    (r"^(\w+), step (\d+)$", r"\1，第 \2 步"),
     (r"^query '(.*)', τ = (\S+)$", r"查询 '\1'，τ = \2"),
     (r"^cost of the Python loop \((\w+)\)$", r"Python 循环的开销（\1）"),
     (r"^(\d+) head\(s\)$", r"\1 个头"),

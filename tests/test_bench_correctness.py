@@ -246,3 +246,28 @@ def test_flash_triton_benchmark_refuses_disagreeing_results():
     wrong = lambda q, k, v, causal: (q, torch.zeros(q.shape[:-1]))  # noqa: E731 - returns q, not attention
     with pytest.raises(AssertionError, match="disagree"):
         check_correct(wrong, [(1, 1, 5, 16)], torch.float32, 1e-4)
+CONTEXT_PARALLEL = dict(context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[32], time_seq_len=32,
+                                              time_world_sizes=[1, 2], repeats=1, atol=1e-5, timeout_s=30))
+
+
+def test_context_parallel_benchmark_counts_what_the_processes_send():
+    from benchmarks.context_parallel import bench_context_parallel_bytes, bench_ring_step_time, context_parallel_ratios
+    sent = bench_context_parallel_bytes(CONTEXT_PARALLEL, log=lambda *args: None)
+    kv = 2 * 4 * 8 * 4  # K and V, 4 heads, head_dim 8, float32: bytes per token
+    for world_size in (2, 4):
+        entry = sent["results"][f"{world_size}x32"]
+        assert entry["ring"]["bytes_per_rank"] == entry["allgather"]["bytes_per_rank"] == (world_size - 1) * 32 // \
+            world_size * kv
+        assert entry["ulysses"]["bytes_per_rank"] == (world_size - 1) * 32 // world_size ** 2 * 2 * kv  # q,k,v,out
+    steps = bench_ring_step_time(CONTEXT_PARALLEL, log=lambda *args: None)
+    ratios = context_parallel_ratios({"cp_bytes": sent, "cp_ring_time": steps})
+    assert set(ratios) == {"cp_ring_vs_ulysses_bytes_2x32", "cp_ring_vs_ulysses_bytes_4x32",
+                           "cp_ring_step_vs_sdpa_time_1", "cp_ring_step_vs_sdpa_time_2"}
+    assert ratios["cp_ring_vs_ulysses_bytes_2x32"] == 1 and ratios["cp_ring_vs_ulysses_bytes_4x32"] == 2
+
+
+def test_context_parallel_benchmark_refuses_a_wrong_formula(monkeypatch):
+    from benchmarks import context_parallel
+    monkeypatch.setattr(context_parallel, "comm_bytes_per_rank", lambda *args, **kw: 1.0)
+    with pytest.raises(AssertionError, match="the formula says 1.0"):
+        context_parallel.bench_context_parallel_bytes(CONTEXT_PARALLEL, log=lambda *args: None)

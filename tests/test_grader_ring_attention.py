@@ -1,0 +1,147 @@
+"""The grader on exercise 15 (ring_attention): one step of ring attention on one rank. The solution and two
+alternative correct implementations pass, the stub says "not implemented", every misconception gets its own named
+diagnosis (in the notebook's kernel and in the sandbox), the exercise's texts are its own, and the grader's
+reference, stepped around the whole ring, computes what course_utils' checked ring and SDPA compute."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import course_utils as cu
+from course_utils.grade import check, messages, runner
+from course_utils.grade.exercises import get
+from course_utils.grade.exercises.ring_attention import TEXTS, RingVariant, positions, ring_forward
+from tests.conftest import grade, load
+from tests.grader_cases.implementations import mutate
+from tests.grader_cases.ring_attention import ALTERNATIVES, MUTANTS, REFERENCE, STUB
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = "ring_attention"
+
+
+def test_registered():
+    ex = get(EX)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == ("function", "ring_step", 3,
+                                                                         "15_ring_attention", 15)
+    assert ex.correct == RingVariant() and len(ex.make_cases()) == 7
+
+
+def test_solution_notebook_holds_the_graded_reference():
+    """The code tested here as REFERENCE is the solution notebook's (the mutants edit what the learner sees)."""
+    nb = nbformat.read(ROOT / "solutions" / "15_ring_attention.ipynb", as_version=4)
+    solution = next(c.source for c in nb.cells if c.id == "solution")
+    solution = re.sub(r"(?m)^ *### (BEGIN|END) SOLUTION$\n?", "", solution).strip()
+    assert solution == re.sub(r"(?m)  #[A-Z]+$", "", REFERENCE.split("\n\n", 1)[1]).strip()
+
+
+def test_reference_solution_passes():
+    result = grade(EX, REFERENCE)
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("alt", sorted(ALTERNATIVES))
+def test_alternative_correct_implementations_pass(alt):
+    assert len(ALTERNATIVES) >= 2
+    result = grade(EX, ALTERNATIVES[alt])
+    assert result, result.report()
+
+
+def test_stub_is_not_implemented():
+    result = grade(EX, STUB)
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+
+@pytest.mark.parametrize("key,edits", MUTANTS, ids=[key for key, _ in MUTANTS])
+def test_mutant_gets_its_diagnosis(key, edits):
+    result = grade(EX, mutate(REFERENCE, edits))
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
+
+
+def test_catalogue_and_texts():
+    keys = {m.key for m in get(EX).mutants()}
+    # the mistakes the exercise is about: the merge without rescaling, a chunk's causal mask wrong for where it
+    # sits (earlier or later in the sequence), the zigzag pieces wrong
+    assert {"ring_merge_without_rescaling", "ring_causal_mask_local", "ring_later_chunk_attended",
+            "ring_earlier_chunk_skipped", "ring_zigzag_as_contiguous", "ring_zigzag_second_piece"} <= keys
+    assert {k for k, _ in MUTANTS} == keys
+    own = {k for k in keys if k.startswith("ring_")}
+    assert {"mutant." + k for k in own} <= set(TEXTS)
+    assert {"case:" + c.name for c in get(EX).make_cases(seed=0)} <= set(TEXTS)
+    for key, (en, zh) in TEXTS.items():  # every text in both languages, and registered with the catalogue
+        assert en and re.search(r"[\u4e00-\u9fff]", zh) and messages.CATALOGUE[key][1] == zh, key
+
+
+def test_merge_without_the_max_overflows_only_on_large_scores():
+    """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
+    cases = get(EX).make_cases(seed=2)
+    no_max = RingVariant(merge="no_max")
+    nan_cases = [c.name for c in cases if torch.isnan(get(EX).expected(c, no_max)["step1.out"]).any()]
+    assert nan_cases == [cases[-1].name] and "hundreds" in cases[-1].name
+
+
+# ---------------------------------------------------------------- the grader's reference vs course_utils
+
+@pytest.mark.parametrize("world_size,seq_len,layout,causal", [(3, 10, "contiguous", False),
+                                                               (4, 13, "contiguous", True),
+                                                               (3, 18, "zigzag", True), (4, 24, "zigzag", True)])
+def test_grader_reference_around_the_ring_equals_course_utils(world_size, seq_len, layout, causal):
+    """Every rank stepping the grader's reference through the whole ring gives course_utils' simulated ring and
+    SDPA; the grader's positions are course_utils'."""
+    g = torch.Generator().manual_seed(seq_len)
+    q, k, v = (torch.randn(1, 2, seq_len, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    pos = positions(seq_len, world_size, layout)
+    assert all(torch.equal(a, b) for a, b in zip(pos, cu.chunk_positions(seq_len, world_size, layout), strict=True))
+    outs = []
+    for rank in range(world_size):
+        out = torch.zeros_like(q[..., pos[rank], :])
+        lse = torch.full(out.shape[:-1], float("-inf"), dtype=torch.float64)
+        for step in range(world_size):
+            src = (rank - step) % world_size
+            args = (q[..., pos[rank], :], k[..., pos[src], :], v[..., pos[src], :], out, lse, rank, src, world_size,
+                    seq_len, layout, causal)
+            out, lse = ring_forward(args, RingVariant())
+        outs.append(out)
+    got = cu.gather_sequence(outs, layout)
+    torch.testing.assert_close(got, cu.ring_attention_simulated(q, k, v, world_size, causal, layout)[0])
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+# ---------------------------------------------------------------- the notebook's check and the sandbox
+
+def test_check_prints_for_the_function(capsys):
+    assert check(EX, load(REFERENCE, "ring_step"))
+    assert not check(EX, None)
+    out = capsys.readouterr().out
+    assert "✅ ring_attention: all 8 checks passed" in out
+    assert "not implemented yet: define function ring_step" in out
+
+
+def test_course_utils_used_as_a_submission_gets_no_credit():
+    src = REFERENCE.replace("    m = torch.maximum(lse, lse_i)  #MAX",
+                            "    import course_utils\n    return course_utils.merge_step(out, lse, out_i, lse_i)")
+    refused = grade(EX, src)
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+@pytest.mark.requires_sandbox
+def test_graded_in_the_sandbox(tmp_path):
+    """Submissions as files, through the sandboxed runner: the solution and an alternative pass, two mistakes
+    are named as in process."""
+    subs = {"ref": REFERENCE, "alt": ALTERNATIVES["stacked_partials"],
+            "zigzag": mutate(REFERENCE, dict(MUTANTS)["ring_zigzag_second_piece"]),
+            "mean": mutate(REFERENCE, dict(MUTANTS)["ring_merge_without_rescaling"])}
+    found = {}
+    for name, src in subs.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("ring_attention", ring_step)\n')
+        report = runner.grade_file(path, sandboxed=True)
+        assert [r.exercise for r in report.results] == [EX], report.to_dict()
+        found[name] = report.results[0]
+    assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
+    assert found["zigzag"].diagnosis == "ring_zigzag_second_piece", found["zigzag"].report()
+    assert found["mean"].diagnosis == "ring_merge_without_rescaling", found["mean"].report()
