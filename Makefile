@@ -26,7 +26,7 @@ NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
 
-.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader progress progress-clear clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
@@ -40,6 +40,8 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
+	@echo "make progress     your own progress through the exercises (recorded by each check(), on this machine only)"
+	@echo "make progress-clear   delete that record"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
 	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
@@ -151,6 +153,13 @@ test-nbgrader: $(STAMP)
 	@# where nbgrader cannot be installed the test is skipped and says why (in CI, CI=true, it fails instead)
 	@$(MAKE) --no-print-directory nbgrader-setup || echo "make nbgrader-setup failed: the round-trip test will say why"
 	RUN_NBGRADER_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs tests/nbgrader -v
+
+progress: $(COURSE_STAMP)
+	@# what check() recorded: exercises passed, mistakes named and fixed, time spent (FIGURE=progress.png saves a figure)
+	@$(PY) -m course_utils.grade.history $(if $(FIGURE),--figure "$(FIGURE)")
+
+progress-clear: $(COURSE_STAMP)
+	@$(PY) -m course_utils.grade.history --clear
 
 clean:
 	rm -rf $(VENV) $(NBGRADER_VENV) grades .pytest_cache

@@ -12,6 +12,7 @@ which is Chinese in the notebooks of the ``zh-CN`` folders: see ``course_utils.l
 """
 from __future__ import annotations
 
+from . import history
 from .diagnose import total_checks, verdict
 from .exercises import EXERCISES, get
 from .messages import Msg
@@ -47,6 +48,7 @@ def check(exercise: str, cls, *, quiet: bool = False, lang: str | None = None) -
         result = ex.model.grade_function(exercise, cls, seed=new_seed())
     else:
         result = grade_class(exercise, cls)
+    history.record(result)  # the learner's own progress, on this machine only (make progress)
     if not quiet:
         print(result.report(lang))
     return result
