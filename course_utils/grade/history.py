@@ -145,7 +145,8 @@ def table(progress: list, lang: str | None = None) -> str:
     """The progress as a plain-text table in ``lang`` (default: the course's current language)."""
     lang = normalize_language(lang) if lang else current_language()
     if not progress:
-        return pick("No check recorded yet: run an exercise's check cell.", "还没有记录：先运行某道练习的检查单元格。", lang)
+        return pick("No check recorded yet: run an exercise's check cell.",
+                    "还没有记录：先运行某道练习的检查单元格。", lang)
     head = [pick("exercise", "练习", lang), pick("status", "状态", lang), pick("checks", "检查次数", lang),
             pick("best", "最好成绩", lang), pick("time", "用时", lang)]
     rows = [[p.exercise, pick("passed", "已通过", lang) if p.passed else pick("not yet", "未通过", lang), str(p.checks),
