@@ -1,5 +1,5 @@
 """The Binder / repo2docker configuration in binder/: the course with PyTorch's CPU build, the pins of
-requirements.txt, the course's Jupyter settings, checked by repo2docker's own build plan (no container engine needed)."""
+requirements.txt, the course's Jupyter settings, checked by repo2docker's own build plan (no container engine)."""
 
 import importlib.util
 import os
