@@ -27,8 +27,11 @@ LAB_ARGS ?=
 NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
+# the workshop hub: JupyterHub in the instructors' environment, its proxy from npm
+HUB_STAMP := $(NBGRADER_VENV)/.installed-hub
+CHP_VERSION ?= 5.3.0
 
-.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
@@ -43,9 +46,13 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
+	@echo "make progress     your own progress through the exercises (recorded by each check(), on this machine only)"
+	@echo "make progress-clear   delete that record"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
 	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
+	@echo "make hub-setup    install the workshop hub (JupyterHub, its proxy, nbgrader) into $(NBGRADER_VENV)"
+	@echo "make test-hub     a real JupyterHub on localhost: three learners in Chromium, the instructor grades"
 
 setup: $(COURSE_STAMP)
 
@@ -169,6 +176,28 @@ test-nbgrader: $(STAMP)
 	@# where nbgrader cannot be installed the test is skipped and says why (in CI, CI=true, it fails instead)
 	@$(MAKE) --no-print-directory nbgrader-setup || echo "make nbgrader-setup failed: the round-trip test will say why"
 	RUN_NBGRADER_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs tests/nbgrader -v
+
+hub-setup: $(HUB_STAMP)
+
+$(HUB_STAMP): requirements-hub.txt $(NBGRADER_STAMP)
+	@command -v npm >/dev/null || { echo "the hub's proxy comes from npm: install Node.js and npm (apt-get install npm)" >&2; exit 1; }
+	$(NBGRADER_VENV)/bin/python -m pip install -q $(NBGRADER_PIP_ARGS) -r requirements-hub.txt
+	npm install --silent --no-audit --no-fund --prefix $(NBGRADER_VENV)/proxy configurable-http-proxy@$(CHP_VERSION)
+	@# the course's JupyterLab settings for every learner's server (the Markdown preview for the index, no news)
+	mkdir -p $(NBGRADER_VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(NBGRADER_VENV)/share/jupyter/lab/settings/
+	@touch $@
+
+test-hub: $(STAMP)
+	@# where the hub cannot be installed the test is skipped and says why (in CI, CI=true, it fails instead)
+	@$(MAKE) --no-print-directory hub-setup || echo "make hub-setup failed: the workshop test will say why"
+	RUN_HUB_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs -s tests/hub -v
+
+progress: $(COURSE_STAMP)
+	@# what check() recorded: exercises passed, mistakes named and fixed, time spent (FIGURE=progress.png saves a figure)
+	@$(PY) -m course_utils.grade.history $(if $(FIGURE),--figure "$(FIGURE)")
+
+progress-clear: $(COURSE_STAMP)
+	@$(PY) -m course_utils.grade.history --clear
 
 clean:
 	rm -rf $(VENV) $(NBGRADER_VENV) grades .pytest_cache

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from . import class_report
 from .diagnose import failure
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
@@ -71,6 +72,19 @@ def status_key(report) -> str:
     if report.error and not report.results:
         return getattr(report.error, "key", "error")
     return ";".join(f"{r.exercise}:{r.diagnosis or 'failed'}" for r in report.results if not r.passed)
+
+
+def class_rows(graded, lang: str) -> list:
+    """The graded folder as the class report's rows: points, and each failed exercise's mistake in words."""
+    rows = []
+    for name, rep in graded:
+        outcomes = {r.exercise: class_report.Outcome(
+            r.score * points(r.exercise), points(r.exercise), r.passed,
+            None if r.passed else (r.diagnosis or "other"), None if r.passed else _words(r).render(lang))
+            for r in rep.results}
+        error = text(rep.error, lang) if rep.error and not rep.results else None
+        rows.append(class_report.Learner(shown(name), rep.seconds, outcomes, error))
+    return rows
 
 
 def find_submissions(folder: Path) -> tuple[list, list]:
@@ -161,6 +175,7 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
                              csv_cell(status_key(rep)), csv_cell("feedback/" + feedback)])
     for (name, rep), feedback in zip(graded, feedback_files, strict=False):
         (out / "feedback" / feedback).write_text(feedback_markdown(name, rep, lang), encoding="utf-8")
+    class_report.write(class_rows(graded, lang), columns, out, lang)
     (out / "skipped.txt").write_text("".join(Msg("cli.skipped_line", name=shown(name), why=why).render(lang) + "\n"
                                              for name, why in skipped), encoding="utf-8")
     return graded, skipped, failed_grader

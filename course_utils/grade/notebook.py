@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import history
 from .diagnose import NOT_IMPLEMENTED, total_checks, verdict
 from .exercises import get
 from .messages import Msg
@@ -56,6 +57,7 @@ def check(exercise: str, cls: Any, *, quiet: bool = False, lang: str | None = No
         result: Result = ex.model.grade_function(ex.id, function, seed=new_seed())
     else:
         result = grade_class(ex, cls)
+    history.record(result)  # the learner's own progress, on this machine only (make progress)
     if not quiet:
         print(result.report(lang))
     return result

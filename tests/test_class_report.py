@@ -1,0 +1,131 @@
+"""The class report (report.html beside grades.csv) and a learner's own progress (make progress)."""
+
+import html
+import re
+
+import pytest
+
+from course_utils.grade import batch, check, class_report, history
+from course_utils.grade.types import Result
+from tests.grader_cases.implementations import REFERENCE, mutate
+
+Outcome, Learner = class_report.Outcome, class_report.Learner
+
+
+def _class():
+    wrong = Outcome(1.0, 2, False, "scale_no_sqrt", "scores not divided by √d")
+    other = Outcome(0.0, 2, False, "softmax_wrong_dim", "softmax over the queries")
+    return [Learner("alice.py", 3.0, {"mha": wrong, "gqa": Outcome(2, 2, True)}),
+            Learner("<script>alert(1)</script>.py", 9.0, {"mha": wrong}),
+            Learner("carol.py", 1.0, {"mha": other, "gqa": Outcome(2, 2, True)}),
+            Learner("dave.py", 0.5, {}, error="could not be read")]
+
+
+def test_mistakes_are_ranked_by_learners_and_name_who_shares_them():
+    ranked = class_report.mistakes(_class())
+    assert [(ex, key, len(names)) for ex, key, _, names in ranked] == [("mha", "scale_no_sqrt", 2),
+                                                                       ("mha", "softmax_wrong_dim", 1)]
+    assert ranked[0][3] == ["<script>alert(1)</script>.py", "alice.py"]
+
+
+def test_distribution_counts_every_learner_once_per_exercise():
+    counts = class_report.distribution(_class(), ["mha", "gqa"])
+    assert counts["mha"] == {"full": 0, "partial": 2, "zero": 1, "missing": 1}
+    assert counts["gqa"] == {"full": 2, "partial": 0, "zero": 0, "missing": 2}
+    assert all(sum(c.values()) == 4 for c in counts.values())
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_report_page_escapes_names_and_speaks_the_language(lang):
+    page = class_report.render(_class(), ["mha", "gqa"], lang)
+    assert "<script>" not in page and html.escape("<script>alert(1)</script>.py") in page
+    assert page.count("<svg") == 1  # the figure inline: one file to open or project
+    slowest = re.search(r"<h2>[^<]*</h2>\n<table>.*?</table>\n</body>", page, re.S).group(0)
+    assert slowest.index("alert") < slowest.index("alice.py") < slowest.index("carol.py")  # 9 s, 3 s, 1 s
+    if lang == "zh":
+        assert '<html lang="zh-CN">' in page and "班级报告" in page and "常见错误" in page
+    else:
+        assert "Class report" in page and "Mistakes, most common first" in page and "could not be read" in page
+
+
+def test_the_figure_has_its_labels_in_the_language():
+    for lang, words in (("en", ["Scores on each exercise", "learners"]), ("zh", ["每道练习的得分分布", "学员人数"])):
+        counts = class_report.distribution(_class(), ["mha", "gqa"])
+        svg = class_report.distribution_svg(counts, lang)
+        assert svg.startswith("<svg")
+        # svg.fonttype 'path' draws glyphs; the texts are kept as the figure's comments of each text element
+        assert all(w in svg for w in words), words
+
+
+@pytest.mark.requires_sandbox
+def test_a_graded_folder_writes_the_class_report(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    wrong = mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"})
+    (subs / "alice.py").write_text(wrong)
+    (subs / "b<i>ob.py").write_text(wrong)
+    graded, _, failed = batch.grade_folder(subs, tmp_path / "g", exercises=["mha"], lang="en")
+    assert len(graded) == 2 and not failed
+    page = (tmp_path / "g" / "report.html").read_text(encoding="utf-8")
+    assert "b&lt;i&gt;ob.py" in page and "b<i>ob" not in page
+    row = re.search(r"<tr><td><code>mha</code></td><td>([^<]*)</td><td class=\"n\">2</td>", page)
+    assert row and "√d_out" in row.group(1), page  # both learners, one mistake, named in words
+
+
+# ---------------------------------------------------------------------------------------------------- progress
+
+def _result(exercise, passed, diagnosis=None, got=0, total=7):
+    return Result(exercise, passed, got / total, got, total, diagnosis, [] if passed else ["wrong"])
+
+
+def test_check_records_the_verdict_on_the_learners_machine(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(history.HISTORY_ENV, str(log))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    check("mha_interview", None)
+    (entry,) = history.read(log)
+    assert entry["exercise"] == "mha_interview" and entry["passed"] is False
+    assert entry["mistake"] == "not_implemented" and "define class" in entry["mistake_en"]
+    assert "定义类" in entry["mistake_zh"]
+
+
+def test_nothing_is_recorded_when_off_or_while_nbgrader_grades(tmp_path, monkeypatch):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(history.HISTORY_ENV, "off")
+    assert not history.record(_result("mha", True, got=7))
+    monkeypatch.setenv(history.HISTORY_ENV, str(log))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert not history.record(_result("mha", True, got=7)) and not log.exists()
+
+
+def test_progress_names_mistakes_fixed_and_open_and_leaves_breaks_out(tmp_path, monkeypatch):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(history.HISTORY_ENV, str(log))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    history.record(_result("mha", False, "scale_no_sqrt", 3), now=0)
+    history.record(_result("mha", False, "scale_no_sqrt", 5), now=120)
+    history.record(_result("mha", True, got=7), now=300)
+    history.record(_result("gqa", False, "kv_not_repeated", 2), now=400)
+    history.record(_result("gqa", False, "kv_not_repeated", 4), now=400 + 2 * history.BREAK_SECONDS)
+    log.open("a").write("not json\n")  # a line that is not ours is skipped
+    mha, gqa = history.summarise(history.read(log))
+    assert (mha.checks, mha.passed, mha.best, mha.seconds, mha.fixed) == (3, True, "7/7", 300, {"scale_no_sqrt"})
+    assert (gqa.checks, gqa.passed, gqa.best, gqa.seconds, gqa.fixed) == (2, False, "4/7", 0, set())
+    en, zh = history.table([mha, gqa], "en"), history.table([mha, gqa], "zh")
+    assert "passed" in en and "not yet" in en and "(fixed)" in en and "(still open)" in en and "5 min" in en
+    assert "已通过" in zh and "未通过" in zh and "已改正" in zh and "尚未改正" in zh
+    fig = history.figure([mha, gqa], "en")
+    (ax,) = fig.axes
+    assert ax.get_title() and ax.get_ylabel() and ax.get_xlabel()
+
+
+def test_one_command_clears_the_history(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(history.HISTORY_ENV, str(log))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    history.record(_result("mha", True, got=7))
+    assert history.main(["--lang", "en"]) == 0 and "mha" in capsys.readouterr().out
+    assert history.main(["--clear", "--lang", "en"]) == 0 and not log.exists()
+    assert "history cleared" in capsys.readouterr().out
+    history.main(["--lang", "zh"])
+    assert "还没有记录" in capsys.readouterr().out
