@@ -18,11 +18,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import messages
-from ..messages import Msg
+from ..kit import Mistake, draw_seed, mutant
 from ..registry import Exercise
-from ..specs import draw_seed
-from ..specs_beyond import mutant
 from ..types import Call, Case
 
 PAD_ROWS = 128  # rows of NaN past each sequence's end: more than any block a learner may choose reads
@@ -86,24 +83,20 @@ TEXTS: dict[str, tuple[str, str]] = {
         "full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
         "完整注意力，所有分数都在 -150 附近（从 0 开始的最大值会下溢），T = 20"),
 }
-messages.CATALOGUE.update(TEXTS)  # until the registry gathers exercise texts
 
 
-def _mistake(key: str):
-    """(diagnosis key, its text): TEXTS' 'mutant.<key>'."""
-    return key, Msg("mutant." + key)
 
 
-M_ACC = _mistake("flash_accumulator_not_rescaled")
-M_SUM = _mistake("flash_sum_not_rescaled")
-M_MAX0 = _mistake("flash_max_started_at_zero")
-M_TAIL = _mistake("flash_tail_read_without_mask")
-M_TAIL_SCORES = _mistake("flash_tail_scores_not_hidden")
-M_DIAGONAL = _mistake("flash_diagonal_block_unmasked")
-M_CAUSAL = _mistake("flash_causal_ignored")
-M_SCALE_AFTER = _mistake("flash_scale_after_softmax")
-M_NO_SCALE = _mistake("flash_no_scale")
-M_LSE = _mistake("flash_lse_stored_wrong")
+M_ACC = Mistake("flash_accumulator_not_rescaled")
+M_SUM = Mistake("flash_sum_not_rescaled")
+M_MAX0 = Mistake("flash_max_started_at_zero")
+M_TAIL = Mistake("flash_tail_read_without_mask")
+M_TAIL_SCORES = Mistake("flash_tail_scores_not_hidden")
+M_DIAGONAL = Mistake("flash_diagonal_block_unmasked")
+M_CAUSAL = Mistake("flash_causal_ignored")
+M_SCALE_AFTER = Mistake("flash_scale_after_softmax")
+M_NO_SCALE = Mistake("flash_no_scale")
+M_LSE = Mistake("flash_lse_stored_wrong")
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import messages
-from ..messages import Msg
+from ..kit import Mistake, draw_seed, mutant
 from ..registry import Exercise
-from ..specs import draw_seed
-from ..specs_beyond import M_NO_SCALE_OS, mutant
 from ..types import Call, Case
 
 TEXTS: dict[str, tuple[str, str]] = {
@@ -85,7 +82,6 @@ CASE_TITLES = {
         "分数上百（不减最大值时 exp 溢出），之字形切分，因果，2 个 rank，12 个 token",
 }
 TEXTS.update({"case:" + en: (en, zh) for en, zh in CASE_TITLES.items()})
-messages.CATALOGUE.update(TEXTS)  # until the registry gathers exercise texts
 
 
 @dataclass(frozen=True)
@@ -97,19 +93,17 @@ class RingVariant:
     scale: bool = True
 
 
-def _mistake(key: str):
-    """(diagnosis key, its text): TEXTS' 'mutant.<key>', in English and Chinese."""
-    return key, Msg("mutant." + key)
 
 
-M_MERGE_MEAN = _mistake("ring_merge_without_rescaling")
-M_MERGE_NO_MAX = _mistake("ring_merge_without_max")
-M_LSE_KEPT = _mistake("ring_lse_not_updated")
-M_MASK_LOCAL = _mistake("ring_causal_mask_local")
-M_LATER_ATTENDED = _mistake("ring_later_chunk_attended")
-M_EARLIER_SKIPPED = _mistake("ring_earlier_chunk_skipped")
-M_ZIGZAG_CONTIGUOUS = _mistake("ring_zigzag_as_contiguous")
-M_ZIGZAG_SECOND = _mistake("ring_zigzag_second_piece")
+M_NO_SCALE = Mistake("no_scale", text="no_scale_online")  # exercise 09's words
+M_MERGE_MEAN = Mistake("ring_merge_without_rescaling")
+M_MERGE_NO_MAX = Mistake("ring_merge_without_max")
+M_LSE_KEPT = Mistake("ring_lse_not_updated")
+M_MASK_LOCAL = Mistake("ring_causal_mask_local")
+M_LATER_ATTENDED = Mistake("ring_later_chunk_attended")
+M_EARLIER_SKIPPED = Mistake("ring_earlier_chunk_skipped")
+M_ZIGZAG_CONTIGUOUS = Mistake("ring_zigzag_as_contiguous")
+M_ZIGZAG_SECOND = Mistake("ring_zigzag_second_piece")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +221,7 @@ def mutants() -> list:
         mutant(M_MERGE_MEAN, replace(ok, merge="mean")),
         mutant(M_MERGE_NO_MAX, replace(ok, merge="no_max")),
         mutant(M_LSE_KEPT, replace(ok, lse="kept")),
-        mutant(M_NO_SCALE_OS, replace(ok, scale=False)),
+        mutant(M_NO_SCALE, replace(ok, scale=False)),
     ]
 
 
