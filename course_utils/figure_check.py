@@ -31,6 +31,8 @@ from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from . import viz_zh
+
 CHECK_ENV_VAR = "ATTN_CHECK_FIGURES"
 # Latin words a Chinese figure may keep: the course's terms (as the Chinese prose writes them), units and function
 # names a formula shows. Anything else in a Chinese figure's label is English to translate (viz_zh.py).
@@ -290,6 +292,18 @@ def _bars(ax):
             for patch in container.patches if patch.get_visible()]
 
 
+def _figure_legend_labels(fig) -> set:
+    """The entries of the figure's own legends (``fig.legend``), which key the lines of every panel."""
+    return {text.get_text() for legend in fig.legends for text in legend.get_texts()}
+
+
+def _label_in(label: str, entries: set) -> bool:
+    """Whether a line's label is one of a legend's entries, as drawn (a Chinese figure shows it translated)."""
+    if not label or label.startswith("_"):
+        return False
+    return label in entries or viz_zh.translate(label) in entries
+
+
 def _key_problems(ax, renderer):
     problems = []
     legend = ax.get_legend()
@@ -301,8 +315,9 @@ def _key_problems(ax, renderer):
     crowded = len(lines) > 1 or _images(ax) or _bars(ax) or ax.collections
     if crowded:
         texts = [t.get_window_extent(renderer) for t in ax.texts if _shown(t)]
+        in_figure_legend = _figure_legend_labels(ax.figure)
         for line in lines:
-            if line in keyed:
+            if line in keyed or _label_in(line.get_label(), in_figure_legend):
                 continue
             box = line.get_window_extent(renderer)
             if not any(_gap(box, t) <= NEAR_PX for t in texts):

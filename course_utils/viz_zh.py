@@ -169,6 +169,7 @@ LABELS = {
     "128k tokens": "128k 个 token",
     "ring": "环形注意力",
     "allgather": "全收集",
+    "ulysses": "Ulysses（按头切分）",
     "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
 }

@@ -132,6 +132,17 @@ def test_a_reference_line_needs_a_name():
     assert problems_of(fig) == ""
 
 
+def test_a_figure_legend_names_the_lines_of_every_panel():
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    for ax in axes:
+        ax.imshow(np.eye(4), cmap="gray"), ax.set_xlabel("key block"), ax.set_ylabel("query block")
+        ax.set_title("tiles")
+        ax.axhline(1.5, color="black", label="program 1's row")
+    assert "that no legend or text names" in problems_of(fig)
+    fig.legend(handles=[axes[0].get_lines()[0]], loc="lower center")
+    assert "that no legend or text names" not in problems_of(fig)
+
+
 def test_one_colour_per_method_across_panels():
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3))
     for ax, names in ((ax0, ("NTK-aware", "YaRN")), (ax1, ("YaRN", "NTK-aware"))):
