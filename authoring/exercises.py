@@ -13,6 +13,7 @@
 Cell ids and nbgrader cell metadata are kept, and the output is a pure function of the input, so
 diffs stay clean. ``--check`` writes nothing and exits with 1 when the exercises are out of date.
 """
+
 from __future__ import annotations
 
 import argparse

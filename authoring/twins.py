@@ -19,6 +19,7 @@ cells.md`` puts it back and clears those cells' ``todo``. ``python -m authoring.
 exits 1 when a twin is missing, stale, untranslated or has no English notebook. ``exercises/zh-CN`` is made from
 ``solutions/zh-CN`` by the exercise generator (``authoring.exercises``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("notebooks", "solutions")
 ZH = "zh-CN"
-OWN_PREFIX = "zh-"            # ids of markdown cells that only the Chinese edition has
-TWIN_META = "twin"            # markdown cell metadata: {"en": hash of the English source, "todo": ...}
+OWN_PREFIX = "zh-"  # ids of markdown cells that only the Chinese edition has
+TWIN_META = "twin"  # markdown cell metadata: {"en": hash of the English source, "todo": ...}
 NB_META = "attention_by_hand"  # notebook metadata: {"lang": "zh-CN"}
 _RUN_META = ("execution", "collapsed", "scrolled")
 
@@ -96,8 +97,12 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
             twin_meta["en"] = en
             new["metadata"] = {**copy.deepcopy(cell.get("metadata", {})), TWIN_META: twin_meta}
         elif cell["cell_type"] == "code":
-            same = (mine is not None and mine["cell_type"] == "code" and _source(mine) == _source(cell)
-                    and _code_meta(mine) == _code_meta(cell))
+            same = (
+                mine is not None
+                and mine["cell_type"] == "code"
+                and _source(mine) == _source(cell)
+                and _code_meta(mine) == _code_meta(cell)
+            )
             new = copy.deepcopy(mine if same else cell)
             new["source"], new["metadata"] = copy.deepcopy(cell["source"]), copy.deepcopy(cell.get("metadata", {}))
             code_changed |= not same
@@ -105,8 +110,9 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
             new = copy.deepcopy(cell)
         cells.append(new)
         cells.extend(own_after.get(cid, []))
-    code_changed |= [c.get("id") for c in cells if c["cell_type"] == "code"] != \
-        [c.get("id") for c in (twin or {}).get("cells", []) if c["cell_type"] == "code"]
+    code_changed |= [c.get("id") for c in cells if c["cell_type"] == "code"] != [
+        c.get("id") for c in (twin or {}).get("cells", []) if c["cell_type"] == "code"
+    ]
     meta = copy.deepcopy(english.get("metadata", {}))
     if twin is not None and "widgets" in twin.get("metadata", {}):
         meta["widgets"] = copy.deepcopy(twin["metadata"]["widgets"])
@@ -120,8 +126,14 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
 
 def _comparable(nb: dict) -> list:
     """What ``check`` compares: cells without outputs and run metadata, and the notebook's metadata sans widgets."""
-    cells = [{**{k: v for k, v in c.items() if k not in ("outputs", "execution_count")},
-              "source": _source(c), "metadata": _code_meta(c)} for c in nb["cells"]]
+    cells = [
+        {
+            **{k: v for k, v in c.items() if k not in ("outputs", "execution_count")},
+            "source": _source(c),
+            "metadata": _code_meta(c),
+        }
+        for c in nb["cells"]
+    ]
     meta = {k: v for k, v in nb.get("metadata", {}).items() if k != "widgets"}
     return [cells, meta]
 
@@ -139,13 +151,17 @@ def problems(root: Path = ROOT) -> list[str]:
         current = load(twin)
         wanted, _ = assemble(load(english), current)
         if _comparable(current) != _comparable(wanted):
-            found.append(f"{rel} differs from {english.relative_to(root)} in its code or its cells' order and ids: "
-                         "run `make twins`")
+            found.append(
+                f"{rel} differs from {english.relative_to(root)} in its code or its cells' order and ids: "
+                "run `make twins`"
+            )
         for what in ("translate", "update"):
             todo = [c["id"] for c in current["cells"] if c.get("metadata", {}).get(TWIN_META, {}).get("todo") == what]
             if todo:
-                found.append(f"{rel}: markdown cell(s) {', '.join(todo)} to {what} "
-                             f"({'still English' if what == 'translate' else 'the English text changed'})")
+                found.append(
+                    f"{rel}: markdown cell(s) {', '.join(todo)} to {what} "
+                    f"({'still English' if what == 'translate' else 'the English text changed'})"
+                )
     names = {twin_path(e) for e in englishes}
     for folder in FOLDERS:
         for orphan in sorted((root / folder / ZH).glob("*.ipynb")):
@@ -166,8 +182,9 @@ def export(path: Path) -> str:
             todo = cell.get("metadata", {}).get(TWIN_META, {}).get("todo")
             parts.append(f"<!-- cell {cell['id']}{' todo: ' + todo if todo else ''} -->\n{_source(cell).strip()}\n")
         elif cell["cell_type"] == "code":
-            parts.append(f"<!-- code {cell['id']} (context only, not imported) -->\n```python\n"
-                         f"{_source(cell).strip()}\n```\n")
+            parts.append(
+                f"<!-- code {cell['id']} (context only, not imported) -->\n```python\n{_source(cell).strip()}\n```\n"
+            )
     return "\n".join(parts)
 
 
@@ -175,8 +192,16 @@ def _own_cell_metadata(cells, cid) -> dict:
     """A Chinese-only cell of an nbgrader notebook (solutions/) is locked prose, like the notebook's other markdown."""
     if not any("nbgrader" in c.get("metadata", {}) for c in cells):
         return {}
-    return {"nbgrader": {"grade": False, "grade_id": cid, "locked": True, "schema_version": 3, "solution": False,
-                         "task": False}}
+    return {
+        "nbgrader": {
+            "grade": False,
+            "grade_id": cid,
+            "locked": True,
+            "schema_version": 3,
+            "solution": False,
+            "task": False,
+        }
+    }
 
 
 def import_text(path: Path, text: str) -> list[str]:
@@ -187,7 +212,7 @@ def import_text(path: Path, text: str) -> list[str]:
     done, after = [], None
     for i, m in enumerate(marks):
         kind, cid = m.group(1), m.group(2)
-        body = text[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(text)].strip("\n")
+        body = text[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(text)].strip("\n")
         if kind == "code":
             if cid not in by_id:
                 raise ValueError(f"code cell {cid} is not in {path.name}")
@@ -199,8 +224,10 @@ def import_text(path: Path, text: str) -> list[str]:
         cell = by_id.get(cid)
         if cell is None:
             if not cid.startswith(OWN_PREFIX):
-                raise ValueError(f"markdown cell {cid} is not in {path.name}; a cell of the Chinese edition's own "
-                                 f"needs an id starting with {OWN_PREFIX!r}")
+                raise ValueError(
+                    f"markdown cell {cid} is not in {path.name}; a cell of the Chinese edition's own "
+                    f"needs an id starting with {OWN_PREFIX!r}"
+                )
             cell = {"cell_type": "markdown", "id": cid, "metadata": _own_cell_metadata(cells, cid), "source": []}
             at = cells.index(by_id[after]) + 1 if after else 0
             cells.insert(at, cell)
@@ -229,8 +256,14 @@ def run_notebook(path: Path, timeout: int = 120, allow_errors: bool = False):
     nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
     # curve-encrypted transport: a plain-TCP kernel warns about eavesdropping on stderr
     config = Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
-    NotebookClient(nb, kernel_name="python3", config=config, timeout=timeout, allow_errors=allow_errors,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        kernel_name="python3",
+        config=config,
+        timeout=timeout,
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     return nb
 
 
@@ -256,7 +289,7 @@ def sync(root: Path = ROOT, run: str = "changed") -> list[Path]:
         if code_changed:
             changed.append(twin)
     if run != "none":
-        for twin in (english_notebooks(root) if run == "all" else changed):
+        for twin in english_notebooks(root) if run == "all" else changed:
             twin = twin if twin.parent.name == ZH else twin_path(twin)
             print(f"running {twin.relative_to(root)}", flush=True)
             execute(twin)
@@ -267,8 +300,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m authoring.twins", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("sync", "check", "export", "import"))
     parser.add_argument("paths", nargs="*", type=Path, help="export: TWIN; import: TWIN TEXT")
-    parser.add_argument("--execute", choices=("changed", "all", "none"), default="none",
-                        help="sync: which twins to run afterwards (default none)")
+    parser.add_argument(
+        "--execute",
+        choices=("changed", "all", "none"),
+        default="none",
+        help="sync: which twins to run afterwards (default none)",
+    )
     args = parser.parse_args(argv)
     if args.command in ("export", "import"):
         if len(args.paths) != {"export": 1, "import": 2}[args.command]:

@@ -4,6 +4,7 @@ and MLA's latent cache against GQA's (bytes, measured against the formulas, and 
 Correctness comes first, as in the rest of ``make bench``: the three attentions must agree, and cached MLA decoding
 (explicit and absorbed) must equal its full pass, before anything is timed.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,14 @@ from course_utils import (
 from .timing import median_times
 
 # DeepSeek-V3's published configuration (config.json): the cache per token it implies, in bfloat16
-DEEPSEEK_V3 = dict(num_hidden_layers=61, num_attention_heads=128, kv_lora_rank=512, qk_nope_head_dim=128,
-                   qk_rope_head_dim=64, v_head_dim=128)
+DEEPSEEK_V3 = dict(
+    num_hidden_layers=61,
+    num_attention_heads=128,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+)
 
 
 def naive_attention(q, k, v, causal):
@@ -79,17 +86,24 @@ def bench_online_softmax(cfg, device, log):
             with torch.no_grad():
                 fn(q, k, v)
 
-        times = median_times({name: (lambda fn=fn: call(fn)) for name, fn in fns_of.items()}, device,
-                             o["repeats"], o.get("warmup", 1))
+        times = median_times(
+            {name: (lambda fn=fn: call(fn)) for name, fn in fns_of.items()}, device, o["repeats"], o.get("warmup", 1)
+        )
         peaks = {name: peak_bytes(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v), device) for name, fn in fns_of.items()}
-        out[str(t)] = {name: {"seconds": times[name], "peak_bytes": peaks[name], "max_abs_error": errors[name]}
-                       for name in fns_of}
-        log(f"  T={t:5d} " + "  ".join(f"{name} {times[name] * 1e3:8.2f} ms {peaks[name] / 2**20:8.2f} MiB"
-                                        for name in fns_of))
-    return {"shape": dict(batch=b, heads=h, head_dim=d, block_size=block, causal=causal, dtype=o["dtype"]),
-            "peak_memory_method": "torch.cuda.max_memory_allocated" if torch.device(device).type == "cuda"
-            else "course_utils.TensorMemoryTracker (tensors returned by PyTorch operations)",
-            "results": out}
+        out[str(t)] = {
+            name: {"seconds": times[name], "peak_bytes": peaks[name], "max_abs_error": errors[name]} for name in fns_of
+        }
+        log(
+            f"  T={t:5d} "
+            + "  ".join(f"{name} {times[name] * 1e3:8.2f} ms {peaks[name] / 2**20:8.2f} MiB" for name in fns_of)
+        )
+    return {
+        "shape": dict(batch=b, heads=h, head_dim=d, block_size=block, causal=causal, dtype=o["dtype"]),
+        "peak_memory_method": "torch.cuda.max_memory_allocated"
+        if torch.device(device).type == "cuda"
+        else "course_utils.TensorMemoryTracker (tensors returned by PyTorch operations)",
+        "results": out,
+    }
 
 
 def bench_mla_cache(cfg, device, log):
@@ -106,8 +120,8 @@ def bench_mla_cache(cfg, device, log):
     def decode(layer, **kw):
         cache = layer.make_cache(1, preallocate=True)
         with torch.no_grad():
-            outs = [layer(x[:, :m["prompt_len"]], cache=cache, **kw)]
-            outs += [layer(x[:, t:t + 1], cache=cache, **kw) for t in range(m["prompt_len"], context)]
+            outs = [layer(x[:, : m["prompt_len"]], cache=cache, **kw)]
+            outs += [layer(x[:, t : t + 1], cache=cache, **kw) for t in range(m["prompt_len"], context)]
         return torch.cat(outs, dim=1), cache
 
     with torch.no_grad():
@@ -125,19 +139,35 @@ def bench_mla_cache(cfg, device, log):
         if cache.nbytes != theory:
             raise AssertionError(f"{name}: the cache holds {cache.nbytes} bytes, the formula says {theory}")
         results[name] = {"cache_bytes_measured": cache.nbytes, "cache_bytes_theory": theory}
-    times = median_times({name: (lambda layer=layer, kw=kw: decode(layer, **kw))
-                          for name, layer, kw in (("mla_explicit", mla, {}), ("mla_absorbed", mla, {"absorb": True}),
-                                                  ("gqa", gqa, {}))}, device, m["repeats"], 1)
+    times = median_times(
+        {
+            name: (lambda layer=layer, kw=kw: decode(layer, **kw))
+            for name, layer, kw in (
+                ("mla_explicit", mla, {}),
+                ("mla_absorbed", mla, {"absorb": True}),
+                ("gqa", gqa, {}),
+            )
+        },
+        device,
+        m["repeats"],
+        1,
+    )
     for name, seconds in times.items():
         results[name].update(seconds=seconds, tokens_per_s=n / seconds)
         log(f"  {name:13s} cache {results[name]['cache_bytes_measured']:9d} bytes {n / seconds:9.1f} tok/s")
     v3 = DEEPSEEK_V3
     v3_mla = mla_cache_bytes(v3["num_hidden_layers"], v3["kv_lora_rank"], v3["qk_rope_head_dim"], 1, 1, 2)
-    v3_mha = (v3["num_hidden_layers"] * v3["num_attention_heads"]
-              * (v3["qk_nope_head_dim"] + v3["qk_rope_head_dim"] + v3["v_head_dim"]) * 2)
-    return {"layer": dict(m, cache_tokens=context, bytes_per_element=elem, gqa_head_dim=d // nh),
-            "results": results,
-            "deepseek_v3_bf16_bytes_per_token": {"mla": v3_mla, "mha_same_heads": v3_mha}}
+    v3_mha = (
+        v3["num_hidden_layers"]
+        * v3["num_attention_heads"]
+        * (v3["qk_nope_head_dim"] + v3["qk_rope_head_dim"] + v3["v_head_dim"])
+        * 2
+    )
+    return {
+        "layer": dict(m, cache_tokens=context, bytes_per_element=elem, gqa_head_dim=d // nh),
+        "results": results,
+        "deepseek_v3_bf16_bytes_per_token": {"mla": v3_mla, "mha_same_heads": v3_mha},
+    }
 
 
 def beyond_ratios(report) -> dict:
@@ -146,22 +176,26 @@ def beyond_ratios(report) -> dict:
     if "online_softmax" in report:
         res = report["online_softmax"]["results"]
         longest = res[max(res, key=int)]
-        ratios.update({
-            "online_softmax_vs_sdpa_time": longest["online_softmax"]["seconds"] / longest["sdpa"]["seconds"],
-            "naive_vs_sdpa_time": longest["naive"]["seconds"] / longest["sdpa"]["seconds"],
-            "naive_vs_online_softmax_peak_bytes":
-                longest["naive"]["peak_bytes"] / longest["online_softmax"]["peak_bytes"],
-        })
+        ratios.update(
+            {
+                "online_softmax_vs_sdpa_time": longest["online_softmax"]["seconds"] / longest["sdpa"]["seconds"],
+                "naive_vs_sdpa_time": longest["naive"]["seconds"] / longest["sdpa"]["seconds"],
+                "naive_vs_online_softmax_peak_bytes": longest["naive"]["peak_bytes"]
+                / longest["online_softmax"]["peak_bytes"],
+            }
+        )
     if "mla_cache" in report:
         res = report["mla_cache"]["results"]
         layer = report["mla_cache"]["layer"]
         measured = res["gqa"]["cache_bytes_measured"] / res["mla_explicit"]["cache_bytes_measured"]
         theory = (2 * layer["num_kv_groups"] * layer["gqa_head_dim"]) / (layer["kv_latent_dim"] + layer["rope_dim"])
         v3 = report["mla_cache"]["deepseek_v3_bf16_bytes_per_token"]
-        ratios.update({
-            "gqa_vs_mla_cache_bytes": measured,
-            "gqa_vs_mla_cache_bytes_error": abs(measured - theory),
-            "mla_absorbed_vs_explicit_decode_time": res["mla_absorbed"]["seconds"] / res["mla_explicit"]["seconds"],
-            "deepseek_v3_mha_vs_mla_cache_bytes": v3["mha_same_heads"] / v3["mla"],
-        })
+        ratios.update(
+            {
+                "gqa_vs_mla_cache_bytes": measured,
+                "gqa_vs_mla_cache_bytes_error": abs(measured - theory),
+                "mla_absorbed_vs_explicit_decode_time": res["mla_absorbed"]["seconds"] / res["mla_explicit"]["seconds"],
+                "deepseek_v3_mha_vs_mla_cache_bytes": v3["mha_same_heads"] / v3["mla"],
+            }
+        )
     return ratios

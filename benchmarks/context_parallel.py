@@ -8,6 +8,7 @@
   whole sequence in one process on one thread, measured in the same run. On this CPU the processes share the
   cores, so the ratio shows the ring's overheads (messages, merges, masks), not a speed-up.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -34,21 +35,29 @@ def bench_context_parallel_bytes(cfg, log):
             want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             entry = {}
             for method in METHODS:
-                got, _, sent, _ = run_local(world_size, seq_len, method, causal=True, layout="contiguous",
-                                            heads=heads, timeout_s=p["timeout_s"])
+                got, _, sent, _ = run_local(
+                    world_size, seq_len, method, causal=True, layout="contiguous", heads=heads, timeout_s=p["timeout_s"]
+                )
                 error = (got - want).abs().max().item()
                 if error > p["atol"]:
-                    raise AssertionError(f"{method}, {world_size} ranks, {seq_len} tokens: output disagrees with "
-                                         f"SDPA by {error:.1e}")
-                formula = comm_bytes_per_rank(method, seq_len, world_size, heads, heads, HEAD_DIM,
-                                              bytes_per_element=q.element_size())
+                    raise AssertionError(
+                        f"{method}, {world_size} ranks, {seq_len} tokens: output disagrees with SDPA by {error:.1e}"
+                    )
+                formula = comm_bytes_per_rank(
+                    method, seq_len, world_size, heads, heads, HEAD_DIM, bytes_per_element=q.element_size()
+                )
                 if any(s != formula for s in sent):
-                    raise AssertionError(f"{method}, {world_size} ranks, {seq_len} tokens: the ranks sent {sent} "
-                                         f"bytes, the formula says {formula}")
+                    raise AssertionError(
+                        f"{method}, {world_size} ranks, {seq_len} tokens: the ranks sent {sent} "
+                        f"bytes, the formula says {formula}"
+                    )
                 entry[method] = {"bytes_per_rank": sent[0], "formula": formula, "max_abs_error": error}
             out[f"{world_size}x{seq_len}"] = entry
-            log(f"  {world_size} ranks, {seq_len:5d} tokens: " + ", ".join(
-                f"{m} {entry[m]['bytes_per_rank'] / 2**10:8.1f} KiB" for m in METHODS) + " per rank (= formula)")
+            log(
+                f"  {world_size} ranks, {seq_len:5d} tokens: "
+                + ", ".join(f"{m} {entry[m]['bytes_per_rank'] / 2**10:8.1f} KiB" for m in METHODS)
+                + " per rank (= formula)"
+            )
     return {"shape": dict(heads=heads, kv_heads=heads, head_dim=HEAD_DIM, dtype="float32"), "results": out}
 
 
@@ -64,12 +73,22 @@ def bench_ring_step_time(cfg, log):
         torch.set_num_threads(threads)
     out = {"sdpa_seconds": sdpa}
     for world_size in p["time_world_sizes"]:
-        _, _, _, seconds = run_local(world_size, seq_len, "ring", causal=True, layout="zigzag", heads=heads,
-                                     repeats=p["repeats"], timeout_s=p["timeout_s"])
+        _, _, _, seconds = run_local(
+            world_size,
+            seq_len,
+            "ring",
+            causal=True,
+            layout="zigzag",
+            heads=heads,
+            repeats=p["repeats"],
+            timeout_s=p["timeout_s"],
+        )
         run = statistics.median(max(rank[i] for rank in seconds) for i in range(p["repeats"]))  # slowest rank
         out[str(world_size)] = {"ring_seconds": run, "step_seconds": run / world_size}
-        log(f"  {world_size} ranks, {seq_len} tokens: ring {run * 1e3:7.2f} ms, {run / world_size * 1e3:6.2f} ms "
-            f"per step; SDPA in one process {sdpa * 1e3:6.2f} ms")
+        log(
+            f"  {world_size} ranks, {seq_len} tokens: ring {run * 1e3:7.2f} ms, {run / world_size * 1e3:6.2f} ms "
+            f"per step; SDPA in one process {sdpa * 1e3:6.2f} ms"
+        )
     return {"seq_len": seq_len, "results": out}
 
 

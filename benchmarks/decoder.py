@@ -7,6 +7,7 @@ is deterministic, so the three decoders must produce the same tokens.
   growing       GrowingKVCache: each step computes one token and torch.cat's it onto the cache
   preallocated  PreallocatedKVCache: each step computes one token and writes it in place
 """
+
 from __future__ import annotations
 
 import time
@@ -25,12 +26,15 @@ class Block(nn.Module):
     def __init__(self, d_model, context_length, num_heads, num_kv_groups):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = GroupedQueryAttention(d_model, d_model, context_length, 0.0, num_heads, num_kv_groups,
-                                          use_sdpa=True)
+        self.attn = GroupedQueryAttention(
+            d_model, d_model, context_length, 0.0, num_heads, num_kv_groups, use_sdpa=True
+        )
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             # GPT-2's tanh GELU; the exact erf GELU is also far slower on some CPUs for one-token inputs
-            nn.Linear(d_model, 4 * d_model), nn.GELU(approximate="tanh"), nn.Linear(4 * d_model, d_model)
+            nn.Linear(d_model, 4 * d_model),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(4 * d_model, d_model),
         )
 
     def forward(self, x, cache=None):
@@ -67,8 +71,9 @@ class TinyGPT(nn.Module):
 
 def build_model(cfg, num_kv_groups, device, dtype, seed=0):
     torch.manual_seed(seed)
-    model = TinyGPT(cfg["vocab_size"], cfg["d_model"], cfg["num_layers"], cfg["num_heads"], num_kv_groups,
-                    cfg["context_length"])
+    model = TinyGPT(
+        cfg["vocab_size"], cfg["d_model"], cfg["num_layers"], cfg["num_heads"], num_kv_groups, cfg["context_length"]
+    )
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -84,8 +89,9 @@ def generate(model, prompt, new_tokens, mode):
     device = prompt.device
     max_len = prompt.shape[1] + new_tokens - 1  # the last new token is never fed back
     if max_len > model.context_length:
-        raise ValueError(f"prompt ({prompt.shape[1]}) + {new_tokens} new tokens exceed "
-                         f"context_length={model.context_length}")
+        raise ValueError(
+            f"prompt ({prompt.shape[1]}) + {new_tokens} new tokens exceed context_length={model.context_length}"
+        )
     caches = None if mode == "none" else model.make_caches(prompt.shape[0], mode == "preallocated", max_len)
     idx, feed, step_times = prompt, prompt, []
     for _ in range(new_tokens):
@@ -95,7 +101,7 @@ def generate(model, prompt, new_tokens, mode):
         idx = torch.cat([idx, feed], dim=1)
         synchronize(device)
         step_times.append(time.perf_counter() - start)
-    return idx[:, prompt.shape[1]:], step_times, caches
+    return idx[:, prompt.shape[1] :], step_times, caches
 
 
 def cache_bytes(model, caches, batch_size, bytes_per_element):
@@ -104,6 +110,7 @@ def cache_bytes(model, caches, batch_size, bytes_per_element):
     # a preallocated cache holds max_len slots whatever is written; a growing one holds seq_len tokens
     seq_len = caches[0].max_len if isinstance(caches[0], PreallocatedKVCache) else caches[0].seq_len
     measured = sum(c.nbytes for c in caches)
-    theory = kv_cache_bytes(len(model.blocks), attn.num_kv_groups, attn.head_dim, seq_len, batch_size,
-                            bytes_per_element)
+    theory = kv_cache_bytes(
+        len(model.blocks), attn.num_kv_groups, attn.head_dim, seq_len, batch_size, bytes_per_element
+    )
     return measured, theory

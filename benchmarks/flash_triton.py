@@ -9,6 +9,7 @@ against SDPA's flash backend.
   says nothing about a GPU, so only correctness is reported (out against SDPA, lse against torch.logsumexp).
 * Without triton (macOS, Windows, WITH_TRITON=0): the section says so and reports nothing else.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,10 +27,18 @@ PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200"
 CONFIGS = {
     "cpu": dict(shapes=[(1, 2, 37, 16), (1, 2, 64, 64), (2, 1, 45, 80)], dtype="float32", atol=2e-5),
     "cpu-quick": dict(shapes=[(1, 2, 37, 16)], dtype="float32", atol=2e-5),
-    "cuda": dict(seq_lens=[1024, 2048, 4096, 8192, 16384], head_dims=[64, 128], tokens=16384, model_dim=2048,
-                 dtype="bfloat16", atol=2e-2, repeats=10),
-    "cuda-quick": dict(seq_lens=[1024, 4096], head_dims=[128], tokens=8192, model_dim=2048, dtype="bfloat16",
-                       atol=2e-2, repeats=3),
+    "cuda": dict(
+        seq_lens=[1024, 2048, 4096, 8192, 16384],
+        head_dims=[64, 128],
+        tokens=16384,
+        model_dim=2048,
+        dtype="bfloat16",
+        atol=2e-2,
+        repeats=10,
+    ),
+    "cuda-quick": dict(
+        seq_lens=[1024, 4096], head_dims=[128], tokens=8192, model_dim=2048, dtype="bfloat16", atol=2e-2, repeats=3
+    ),
 }
 
 
@@ -64,8 +73,10 @@ def check_correct(flash, shapes, dtype, atol, device="cpu") -> dict:
             q, k, v = (torch.randn(shape, generator=g).to(device=device, dtype=dtype) for _ in range(3))
             out, lse = flash(q, k, v, causal=causal)
             want_out, want_lse = _expected(q, k, v, causal)
-            errors = {"max_abs_error": (out.double() - want_out).abs().max().item(),
-                      "lse_max_abs_error": (lse.double() - want_lse).abs().max().item()}
+            errors = {
+                "max_abs_error": (out.double() - want_out).abs().max().item(),
+                "lse_max_abs_error": (lse.double() - want_lse).abs().max().item(),
+            }
             assert max(errors.values()) < atol, f"the Triton kernel and PyTorch disagree at {shape}: {errors}"
             results[f"{'x'.join(map(str, shape))}{' causal' if causal else ''}"] = errors
     return results
@@ -83,8 +94,11 @@ def bench_flash_triton(cfg, device, log) -> dict:
     if device.type != "cuda" or flash_triton.INTERPRETED:
         results = check_correct(flash_triton.flash_attention_triton, p["shapes"], dtype, p["atol"])
         log(f"  interpreted on the CPU: {len(results)} shapes agree with SDPA and logsumexp (no timing)")
-        return {"interpreted": True, "note": "Triton's interpreter on the CPU: correctness only, its time is not a "
-                                             "performance figure", "results": results}
+        return {
+            "interpreted": True,
+            "note": "Triton's interpreter on the CPU: correctness only, its time is not a performance figure",
+            "results": results,
+        }
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     name = torch.cuda.get_device_name(device)
@@ -114,13 +128,18 @@ def bench_flash_triton(cfg, device, log) -> dict:
                 entry = {"batch": batch, "heads": heads, "max_abs_error": error}
                 for label, seconds in times.items():
                     tflops = flops / seconds / 1e12
-                    entry[label] = {"seconds": seconds, "tflops": tflops,
-                                    "percent_of_peak": None if peak is None else 100 * tflops / peak}
+                    entry[label] = {
+                        "seconds": seconds,
+                        "tflops": tflops,
+                        "percent_of_peak": None if peak is None else 100 * tflops / peak,
+                    }
                 entry["triton_vs_sdpa_tflops"] = entry["triton"]["tflops"] / entry["sdpa_flash"]["tflops"]
                 key = f"T{seq_len}_d{d}_{'causal' if causal else 'full'}"
                 results[key] = entry
-                log(f"  {key}: triton {entry['triton']['tflops']:.0f} TFLOP/s, SDPA flash "
-                    f"{entry['sdpa_flash']['tflops']:.0f}, ratio {entry['triton_vs_sdpa_tflops']:.2f}")
+                log(
+                    f"  {key}: triton {entry['triton']['tflops']:.0f} TFLOP/s, SDPA flash "
+                    f"{entry['sdpa_flash']['tflops']:.0f}, ratio {entry['triton_vs_sdpa_tflops']:.2f}"
+                )
     return {"interpreted": False, "device_name": name, "peak_bf16_tflops": peak, "results": results}
 
 

@@ -8,6 +8,7 @@ The hostile files allocate past the memory total through each route (plain, memf
 fill the private tmpfs, swallow the alarm, send a 9,000-digit answer, and give the parent a 2 MB literal and a
 notebook nested 100,000 deep to parse.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,14 @@ from course_utils.grade import jail, limits
 from course_utils.grade.batch import grade_folder, status_key
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = ["01_self_attention", "02_causal_attention", "03_multihead_wrapper", "04_multihead_attention",
-             "05_kv_cache", "06_gqa"]
+SOLUTIONS = [
+    "01_self_attention",
+    "02_causal_attention",
+    "03_multihead_wrapper",
+    "04_multihead_attention",
+    "05_kv_cache",
+    "06_gqa",
+]
 
 
 def _solution(name: str) -> str:
@@ -42,59 +49,91 @@ def make_class(folder: Path, mib: int) -> dict:
     files: dict[bytes, tuple[str, bytes]] = {}
 
     def add(name, kind, content):
-        files[name if isinstance(name, bytes) else name.encode()] = (kind, content if isinstance(content, bytes)
-                                                                    else content.encode())
+        files[name if isinstance(name, bytes) else name.encode()] = (
+            kind,
+            content if isinstance(content, bytes) else content.encode(),
+        )
 
     mha = _code(_solution("04_multihead_attention"))
     for i in range(30):  # correct: the solutions, as notebooks and as .py files
         nb = SOLUTIONS[i % 6]
-        add(f"correct_{i:02d}.ipynb" if i % 2 else f"correct_{i:02d}.py", "correct",
-            _solution(nb) if i % 2 else _code(_solution(nb)))
-    wrongs = [("self.head_dim ** 0.5", "self.head_dim"), ("self.head_dim ** 0.5", "self.d_out ** 0.5"),
-              ("dim=-1)", "dim=-2)"), ("-torch.inf)", "0.0)")]
+        add(
+            f"correct_{i:02d}.ipynb" if i % 2 else f"correct_{i:02d}.py",
+            "correct",
+            _solution(nb) if i % 2 else _code(_solution(nb)),
+        )
+    wrongs = [
+        ("self.head_dim ** 0.5", "self.head_dim"),
+        ("self.head_dim ** 0.5", "self.d_out ** 0.5"),
+        ("dim=-1)", "dim=-2)"),
+        ("-torch.inf)", "0.0)"),
+    ]
     for i in range(20):  # wrong: known mistakes
         before, after = wrongs[i % len(wrongs)]
         add(f"wrong_{i:02d}.py", "wrong", mha.replace(before, after, 1))
-    broken = ["", "class MultiHeadAttention(:\n", "{not json", '{"cells": 3}', "x = 1\n", b"x = '\xe9'\n",
-              mha.replace("def forward", "def forwrd", 1), "raise SystemExit(3)\n" + mha,
-              "import sys\nsys.stderr.write('x' * 10_000_000)\n" + mha, "import os\nos._exit(0)\n"]
+    broken = [
+        "",
+        "class MultiHeadAttention(:\n",
+        "{not json",
+        '{"cells": 3}',
+        "x = 1\n",
+        b"x = '\xe9'\n",
+        mha.replace("def forward", "def forwrd", 1),
+        "raise SystemExit(3)\n" + mha,
+        "import sys\nsys.stderr.write('x' * 10_000_000)\n" + mha,
+        "import os\nos._exit(0)\n",
+    ]
     for i in range(20):
         content = broken[i % len(broken)]
         add(f"broken_{i:02d}" + (".ipynb" if i % 4 == 2 or i % 4 == 3 else ".py"), "broken", content)
-    odd = [b"latin1-\xe9.py", b"n" * 248 + b".py", b"\x1b[32mall checks passed\x1b[0m.py", b"## mha: passed.py",
-           b"=HYPERLINK(1).py", b"Alice.py", b"alice.py", b"a b;c'd\".py", "张三.py".encode(), b"-rf.py",
-           b"\xe2\x80\xaeyp.exe.py", b"<img src=x onerror=alert(1)>.py", b"x\ty.py", b"@SUM(A1).py", b"+1.py"]
+    odd = [
+        b"latin1-\xe9.py",
+        b"n" * 248 + b".py",
+        b"\x1b[32mall checks passed\x1b[0m.py",
+        b"## mha: passed.py",
+        b"=HYPERLINK(1).py",
+        b"Alice.py",
+        b"alice.py",
+        b"a b;c'd\".py",
+        "张三.py".encode(),
+        b"-rf.py",
+        b"\xe2\x80\xaeyp.exe.py",
+        b"<img src=x onerror=alert(1)>.py",
+        b"x\ty.py",
+        b"@SUM(A1).py",
+        b"+1.py",
+    ]
     for name in odd:
         add(name, "odd name", mha)
     hog = (mib + mib // 8) << 20
     stub = "class MultiHeadAttention:\n    pass\n"  # names an exercise, so that the file runs
     hostile = {
         "hostile_alarm_1.py": stub + "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-                              "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n",
+        "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n",
         "hostile_fork_bomb.py": "import os, time\nfor i in range(500):\n    try:\n        pid = os.fork()\n"
-                                "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
-                                "        os._exit(0)\n" + mha,
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
+        "        os._exit(0)\n" + mha,
         "hostile_disk.py": "try:\n    f = open('/tmp/fill', 'wb')\n    while True:\n"
-                           "        f.write(b'x' * (1 << 20))\nexcept OSError:\n    pass\n" + mha,
+        "        f.write(b'x' * (1 << 20))\nexcept OSError:\n    pass\n" + mha,
         "hostile_huge_literal.py": "x = [" + "1," * (1 << 20) + "]\n" + mha,
         "hostile_deep.ipynb": '{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}",
         "hostile_digits.py": mha + "\nfrom course_utils.grade import answer\nanswer('kv_cache_bytes', 10 ** 9000)\n",
         "hostile_markdown.py": "class MultiHeadAttention:\n    def __init__(self, *a, **k):\n"
-                               "        raise ValueError('\\n## mha: passed\\n<img src=x onerror=alert(1)>')\n",
+        "        raise ValueError('\\n## mha: passed\\n<img src=x onerror=alert(1)>')\n",
         "hostile_nested_cell.py": "x = " + "(" * 150 + ")" * 150 + "\n" + mha,
         "d_hostile_memfd.py": f"import os\nHELD = []\nfor i in range({hog >> 26} + 1):\n"
-                              "    fd = os.memfd_create('m')\n    os.write(fd, b'x' * (60 << 20))\n"
-                              "    HELD.append(fd)\n" + mha,
+        "    fd = os.memfd_create('m')\n    os.write(fd, b'x' * (60 << 20))\n"
+        "    HELD.append(fd)\n" + mha,
         "p_hostile_forks.py": "import os, time\nfor i in range(4):\n    if os.fork() == 0:\n"
-                              f"        held = b'x' * ({hog // 4})\n        time.sleep(60)\n        os._exit(0)\n"
-                              "time.sleep(5)\n" + mha,
+        f"        held = b'x' * ({hog // 4})\n        time.sleep(60)\n        os._exit(0)\n"
+        "time.sleep(5)\n" + mha,
         "z_hostile_plain.py": f"HELD = b'x' * {hog}\n" + mha,
         "hostile_alarm_2.py": stub + "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-                              "signal.setitimer = lambda *a, **k: None\nwhile True:\n    pass\n",
+        "signal.setitimer = lambda *a, **k: None\nwhile True:\n    pass\n",
         "hostile_stdout.py": "import sys\nfor i in range(100000):\n    print('\\x1b[2J' * 100)\n" + mha,
         "hostile_threads.py": "import threading, time\nfor i in range(500):\n    try:\n"
-                              "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-                              "    except RuntimeError:\n        break\n" + mha,
+        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "    except RuntimeError:\n        break\n" + mha,
         "hostile_exit.py": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
     }
     for name, content in hostile.items():
@@ -122,20 +161,31 @@ def main(argv=None):
     kinds = make_class(subs, args.memory)
     done = []
     started = time.monotonic()
-    graded, skipped, failed = grade_folder(subs, base / "grades", workers=args.workers, lang="en",
-                                           total_timeout=args.timeout,
-                                           progress=lambda i, n, name, report: done.append((name, report)))
+    graded, skipped, failed = grade_folder(
+        subs,
+        base / "grades",
+        workers=args.workers,
+        lang="en",
+        total_timeout=args.timeout,
+        progress=lambda i, n, name, report: done.append((name, report)),
+    )
     wall = time.monotonic() - started
     parent_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     by_peak = max(done, key=lambda d: d[1].peak_memory)
     slowest = sorted(done, key=lambda d: -d[1].seconds)[:5]
-    print(f"host: {os.cpu_count()} cores, limits: {limits.mechanism()}, {args.memory} MiB and {args.timeout:g} s "
-          f"per submission, {args.workers} workers")
-    print(f"graded {len(graded)} of {len(kinds)} files ({len(skipped)} skipped, {len(failed)} grader failures) "
-          f"in {wall:.1f} s ({wall / max(len(graded), 1):.2f} s each)")
+    print(
+        f"host: {os.cpu_count()} cores, limits: {limits.mechanism()}, {args.memory} MiB and {args.timeout:g} s "
+        f"per submission, {args.workers} workers"
+    )
+    print(
+        f"graded {len(graded)} of {len(kinds)} files ({len(skipped)} skipped, {len(failed)} grader failures) "
+        f"in {wall:.1f} s ({wall / max(len(graded), 1):.2f} s each)"
+    )
     print(f"grader's own peak (RSS): {parent_mib:.0f} MiB")
-    print(f"largest submission's peak: {by_peak[1].peak_memory / 2**20:.0f} MiB ({ascii(by_peak[0])}: "
-          f"{status_key(by_peak[1])})")
+    print(
+        f"largest submission's peak: {by_peak[1].peak_memory / 2**20:.0f} MiB ({ascii(by_peak[0])}: "
+        f"{status_key(by_peak[1])})"
+    )
     for name, report in slowest:
         print(f"slow: {report.seconds:5.1f} s  {ascii(name)}: {status_key(report)}")
     passed = {kind: 0 for kind in set(kinds.values())}

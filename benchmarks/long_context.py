@@ -9,6 +9,7 @@ Correctness first: the two must give the same outputs at every step (checked on 
 of the long one); the bytes held are checked against the formula ``2 * batch * kv_heads * tokens * head_dim *
 element_size``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,8 @@ def _decode(cache, q, k, v, window, checkpoints=()):
     outs, held = [], {}
     for t in range(steps):
         position = torch.arange(t, t + 1, device=q.device)  # no host-to-device copy per step
-        q_t, k_t = rope(q[:, :, t:t + 1], position), rope(k[:, :, t:t + 1], position)
-        keys, values = cache.update(k_t, v[:, :, t:t + 1])
+        q_t, k_t = rope(q[:, :, t : t + 1], position), rope(k[:, :, t : t + 1], position)
+        keys, values = cache.update(k_t, v[:, :, t : t + 1])
         if isinstance(cache, RingKVCache):
             hide = sliding_window_mask_at(position, cache.key_positions, window=window)
         else:  # the growing cache: its last `window` keys are exactly the window
@@ -72,16 +73,27 @@ def bench_ring_cache(cfg, device, log):
             if held != expected:
                 raise AssertionError(f"{kind} cache holds {held} bytes after {n} steps, the formula says {expected}")
 
-    times = median_times({kind: (lambda kind=kind: _decode(make(kind), q, k, v, window)) for kind in results},
-                         device, c["repeats"], c.get("warmup", 0))
-    out = {"shape": dict(batch=b, kv_heads=h, head_dim=hd, window=window, steps=steps, dtype=c["dtype"]),
-           "max_abs_error": max(error, last_error), "results": {}}
+    times = median_times(
+        {kind: (lambda kind=kind: _decode(make(kind), q, k, v, window)) for kind in results},
+        device,
+        c["repeats"],
+        c.get("warmup", 0),
+    )
+    out = {
+        "shape": dict(batch=b, kv_heads=h, head_dim=hd, window=window, steps=steps, dtype=c["dtype"]),
+        "max_abs_error": max(error, last_error),
+        "results": {},
+    }
     for kind in results:
         held = results[kind]["bytes_held"]
-        out["results"][kind] = {"bytes_held": {str(n): held[n] for n in held}, "seconds": times[kind],
-                                "tokens_per_s": steps * b / times[kind]}
-        log(f"  {kind:8s} cache after {steps} steps {held[steps] / 2**20:9.3f} MiB "
-            f"{steps * b / times[kind]:9.1f} tok/s")
+        out["results"][kind] = {
+            "bytes_held": {str(n): held[n] for n in held},
+            "seconds": times[kind],
+            "tokens_per_s": steps * b / times[kind],
+        }
+        log(
+            f"  {kind:8s} cache after {steps} steps {held[steps] / 2**20:9.3f} MiB {steps * b / times[kind]:9.1f} tok/s"
+        )
     return out
 
 

@@ -14,6 +14,7 @@ benchmarks/long_context.py): bytes held and time. Ring attention, all-gather and
 processes (notebook 15, benchmarks/context_parallel.py): bytes per rank checked against the formula, and the ring's
 time per step against SDPA in one process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,82 +48,268 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONFIGS = {
     "cpu": dict(
         variants=dict(batch=4, seq_len=512, d_in=768, d_out=768, num_heads=12, dtype="float32", atol=2e-4),
-        variant_repeats=5, variant_warmup=1,
+        variant_repeats=5,
+        variant_warmup=1,
         decoder=dict(vocab_size=512, d_model=128, num_layers=4, num_heads=4, prompt_len=16, batch=1),
-        decode_lengths=[128, 512, 1024], decode_repeats=3, kv_groups=[4, 2, 1], kv_new_tokens=512,
-        online_softmax=dict(batch=1, heads=8, head_dim=64, seq_lens=[512, 1024, 2048], block_size=128,
-                            dtype="float32", atol=1e-4, repeats=3),
-        mla=dict(d_model=256, num_heads=8, kv_latent_dim=64, rope_dim=16, num_kv_groups=2, prompt_len=16,
-                 new_tokens=256, atol=1e-4, repeats=3),
-        long_context=dict(batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5,
-                          repeats=3),
-        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=64, block_size=16, min_prompt=16, max_prompt=512,
-                     max_len=1024, steps=32, dtype="float32", atol=1e-4, repeats=3,
-                     split_keys=[16384, 32768, 65536], split_heads=8, split_head_dim=64, split_chunk=1024),
-        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
-                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
+        decode_lengths=[128, 512, 1024],
+        decode_repeats=3,
+        kv_groups=[4, 2, 1],
+        kv_new_tokens=512,
+        online_softmax=dict(
+            batch=1,
+            heads=8,
+            head_dim=64,
+            seq_lens=[512, 1024, 2048],
+            block_size=128,
+            dtype="float32",
+            atol=1e-4,
+            repeats=3,
+        ),
+        mla=dict(
+            d_model=256,
+            num_heads=8,
+            kv_latent_dim=64,
+            rope_dim=16,
+            num_kv_groups=2,
+            prompt_len=16,
+            new_tokens=256,
+            atol=1e-4,
+            repeats=3,
+        ),
+        long_context=dict(
+            batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5, repeats=3
+        ),
+        serving=dict(
+            batch=8,
+            kv_heads=2,
+            heads=8,
+            head_dim=64,
+            block_size=16,
+            min_prompt=16,
+            max_prompt=512,
+            max_len=1024,
+            steps=32,
+            dtype="float32",
+            atol=1e-4,
+            repeats=3,
+            split_keys=[16384, 32768, 65536],
+            split_heads=8,
+            split_head_dim=64,
+            split_chunk=1024,
+        ),
+        context_parallel=dict(
+            heads=4,
+            world_sizes=[2, 4],
+            seq_lens=[256, 1024],
+            time_seq_len=2048,
+            time_world_sizes=[1, 2, 4],
+            repeats=3,
+            atol=1e-5,
+            timeout_s=60,
+        ),
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
-        variant_repeats=3, variant_warmup=1,
+        variant_repeats=3,
+        variant_warmup=1,
         decoder=dict(vocab_size=128, d_model=64, num_layers=2, num_heads=4, prompt_len=8, batch=1),
-        decode_lengths=[128, 512, 1024], decode_repeats=1, kv_groups=[4, 2, 1], kv_new_tokens=128,
-        online_softmax=dict(batch=1, heads=4, head_dim=64, seq_lens=[256, 512], block_size=128,
-                            dtype="float32", atol=1e-4, repeats=1),
-        mla=dict(d_model=128, num_heads=4, kv_latent_dim=32, rope_dim=8, num_kv_groups=2, prompt_len=8,
-                 new_tokens=64, atol=1e-4, repeats=1),
-        long_context=dict(batch=1, kv_heads=1, head_dim=32, window=256, steps=4096, dtype="float32", atol=1e-5,
-                          repeats=1),
-        serving=dict(batch=4, kv_heads=2, heads=4, head_dim=32, block_size=16, min_prompt=16, max_prompt=256,
-                     max_len=512, steps=8, dtype="float32", atol=1e-4, repeats=1,
-                     split_keys=[16384], split_heads=4, split_head_dim=64, split_chunk=1024),
-        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
-                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
+        decode_lengths=[128, 512, 1024],
+        decode_repeats=1,
+        kv_groups=[4, 2, 1],
+        kv_new_tokens=128,
+        online_softmax=dict(
+            batch=1, heads=4, head_dim=64, seq_lens=[256, 512], block_size=128, dtype="float32", atol=1e-4, repeats=1
+        ),
+        mla=dict(
+            d_model=128,
+            num_heads=4,
+            kv_latent_dim=32,
+            rope_dim=8,
+            num_kv_groups=2,
+            prompt_len=8,
+            new_tokens=64,
+            atol=1e-4,
+            repeats=1,
+        ),
+        long_context=dict(
+            batch=1, kv_heads=1, head_dim=32, window=256, steps=4096, dtype="float32", atol=1e-5, repeats=1
+        ),
+        serving=dict(
+            batch=4,
+            kv_heads=2,
+            heads=4,
+            head_dim=32,
+            block_size=16,
+            min_prompt=16,
+            max_prompt=256,
+            max_len=512,
+            steps=8,
+            dtype="float32",
+            atol=1e-4,
+            repeats=1,
+            split_keys=[16384],
+            split_heads=4,
+            split_head_dim=64,
+            split_chunk=1024,
+        ),
+        context_parallel=dict(
+            heads=4,
+            world_sizes=[2, 4],
+            seq_lens=[256],
+            time_seq_len=512,
+            time_world_sizes=[1, 2, 4],
+            repeats=1,
+            atol=1e-5,
+            timeout_s=60,
+        ),
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
-        variant_repeats=20, variant_warmup=3,
+        variant_repeats=20,
+        variant_warmup=3,
         decoder=dict(vocab_size=32000, d_model=1024, num_layers=8, num_heads=16, prompt_len=16, batch=1),
-        decode_lengths=[128, 512, 1024], decode_repeats=3, kv_groups=[16, 4, 1], kv_new_tokens=512,
-        online_softmax=dict(batch=1, heads=16, head_dim=128, seq_lens=[1024, 4096, 8192], block_size=128,
-                            dtype="bfloat16", atol=5e-2, repeats=5, warmup=2),
-        mla=dict(d_model=1024, num_heads=16, kv_latent_dim=256, rope_dim=32, num_kv_groups=4, prompt_len=16,
-                 new_tokens=256, atol=1e-3, repeats=3),
-        long_context=dict(batch=8, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
-                          repeats=3, warmup=1),
-        serving=dict(batch=32, kv_heads=8, heads=32, head_dim=128, block_size=16, min_prompt=64, max_prompt=2048,
-                     max_len=4096, steps=32, dtype="bfloat16", atol=5e-2, repeats=3,
-                     split_keys=[16384, 32768, 65536], split_heads=32, split_head_dim=128, split_chunk=1024),
-        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256, 1024], time_seq_len=2048,
-                              time_world_sizes=[1, 2, 4], repeats=3, atol=1e-5, timeout_s=60),
+        decode_lengths=[128, 512, 1024],
+        decode_repeats=3,
+        kv_groups=[16, 4, 1],
+        kv_new_tokens=512,
+        online_softmax=dict(
+            batch=1,
+            heads=16,
+            head_dim=128,
+            seq_lens=[1024, 4096, 8192],
+            block_size=128,
+            dtype="bfloat16",
+            atol=5e-2,
+            repeats=5,
+            warmup=2,
+        ),
+        mla=dict(
+            d_model=1024,
+            num_heads=16,
+            kv_latent_dim=256,
+            rope_dim=32,
+            num_kv_groups=4,
+            prompt_len=16,
+            new_tokens=256,
+            atol=1e-3,
+            repeats=3,
+        ),
+        long_context=dict(
+            batch=8, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2, repeats=3, warmup=1
+        ),
+        serving=dict(
+            batch=32,
+            kv_heads=8,
+            heads=32,
+            head_dim=128,
+            block_size=16,
+            min_prompt=64,
+            max_prompt=2048,
+            max_len=4096,
+            steps=32,
+            dtype="bfloat16",
+            atol=5e-2,
+            repeats=3,
+            split_keys=[16384, 32768, 65536],
+            split_heads=32,
+            split_head_dim=128,
+            split_chunk=1024,
+        ),
+        context_parallel=dict(
+            heads=4,
+            world_sizes=[2, 4],
+            seq_lens=[256, 1024],
+            time_seq_len=2048,
+            time_world_sizes=[1, 2, 4],
+            repeats=3,
+            atol=1e-5,
+            timeout_s=60,
+        ),
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
-        variant_repeats=5, variant_warmup=2,
+        variant_repeats=5,
+        variant_warmup=2,
         decoder=dict(vocab_size=1024, d_model=256, num_layers=4, num_heads=8, prompt_len=8, batch=1),
-        decode_lengths=[128, 512, 1024], decode_repeats=1, kv_groups=[8, 2, 1], kv_new_tokens=128,
-        online_softmax=dict(batch=1, heads=8, head_dim=128, seq_lens=[1024, 4096], block_size=128,
-                            dtype="bfloat16", atol=5e-2, repeats=3, warmup=1),
-        mla=dict(d_model=512, num_heads=8, kv_latent_dim=128, rope_dim=32, num_kv_groups=2, prompt_len=8,
-                 new_tokens=64, atol=1e-3, repeats=1),
-        long_context=dict(batch=4, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2,
-                          repeats=1),
-        serving=dict(batch=8, kv_heads=2, heads=8, head_dim=128, block_size=16, min_prompt=64, max_prompt=1024,
-                     max_len=2048, steps=8, dtype="bfloat16", atol=5e-2, repeats=1,
-                     split_keys=[16384], split_heads=8, split_head_dim=128, split_chunk=1024),
-        context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[256], time_seq_len=512,
-                              time_world_sizes=[1, 2, 4], repeats=1, atol=1e-5, timeout_s=60),
+        decode_lengths=[128, 512, 1024],
+        decode_repeats=1,
+        kv_groups=[8, 2, 1],
+        kv_new_tokens=128,
+        online_softmax=dict(
+            batch=1,
+            heads=8,
+            head_dim=128,
+            seq_lens=[1024, 4096],
+            block_size=128,
+            dtype="bfloat16",
+            atol=5e-2,
+            repeats=3,
+            warmup=1,
+        ),
+        mla=dict(
+            d_model=512,
+            num_heads=8,
+            kv_latent_dim=128,
+            rope_dim=32,
+            num_kv_groups=2,
+            prompt_len=8,
+            new_tokens=64,
+            atol=1e-3,
+            repeats=1,
+        ),
+        long_context=dict(
+            batch=4, kv_heads=8, head_dim=128, window=512, steps=4096, dtype="bfloat16", atol=5e-2, repeats=1
+        ),
+        serving=dict(
+            batch=8,
+            kv_heads=2,
+            heads=8,
+            head_dim=128,
+            block_size=16,
+            min_prompt=64,
+            max_prompt=1024,
+            max_len=2048,
+            steps=8,
+            dtype="bfloat16",
+            atol=5e-2,
+            repeats=1,
+            split_keys=[16384],
+            split_heads=8,
+            split_head_dim=128,
+            split_chunk=1024,
+        ),
+        context_parallel=dict(
+            heads=4,
+            world_sizes=[2, 4],
+            seq_lens=[256],
+            time_seq_len=512,
+            time_world_sizes=[1, 2, 4],
+            repeats=1,
+            atol=1e-5,
+            timeout_s=60,
+        ),
     ),
 }
 
 for _name, _cfg in CONFIGS.items():  # notebook 14's kernel: correctness on the CPU (interpreted), TFLOP/s on a GPU
     _cfg["flash_triton"] = FLASH_TRITON_CONFIGS[_name]
 
-REQUIRED_RATIOS = ("fastest_mha_vs_sdpa", "fastest_mha_vs_nn_mha", "cache_speedup_512", "static_vs_growing_1024",
-                   "gqa_cache_bytes_ratio_error")
+REQUIRED_RATIOS = (
+    "fastest_mha_vs_sdpa",
+    "fastest_mha_vs_nn_mha",
+    "cache_speedup_512",
+    "static_vs_growing_1024",
+    "gqa_cache_bytes_ratio_error",
+)
 # present when the config has the online_softmax and mla sections (results committed before them lack these)
-BEYOND_RATIOS = ("online_softmax_vs_sdpa_time", "naive_vs_sdpa_time", "naive_vs_online_softmax_peak_bytes",
-                 "gqa_vs_mla_cache_bytes", "gqa_vs_mla_cache_bytes_error", "mla_absorbed_vs_explicit_decode_time")
+BEYOND_RATIOS = (
+    "online_softmax_vs_sdpa_time",
+    "naive_vs_sdpa_time",
+    "naive_vs_online_softmax_peak_bytes",
+    "gqa_vs_mla_cache_bytes",
+    "gqa_vs_mla_cache_bytes_error",
+    "mla_absorbed_vs_explicit_decode_time",
+)
 # present when the config has the long_context section (notebook 12)
 LONG_CONTEXT_RATIOS = ("growing_vs_ring_cache_bytes", "ring_vs_growing_decode_time")
 
@@ -240,22 +427,27 @@ def bench_attention_core(cfg, device, log):
     backends = {"default": contextlib.nullcontext}
     if device.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
         backends["flash_only"] = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
     out = {}
     for label, backend in backends.items():
         entry = {}
         for mode, fn, factor in (("forward", forward, 1.0), ("forward_backward", forward_backward, 3.5)):
+
             def call(fn=fn, backend=backend):
                 with backend():
                     fn()
+
             try:
                 seconds = median_time(call, device, cfg["variant_repeats"], cfg["variant_warmup"])
             except RuntimeError as err:  # no flash kernel for this dtype, shape or GPU
                 entry[mode] = {"error": str(err).splitlines()[0]}
                 continue
             entry[mode] = {"seconds": seconds, "attention_gflop_per_s": factor * flops / seconds / 1e9}
-            log(f"  sdpa core ({label}) {mode:16s} {seconds * 1e3:9.2f} ms "
-                f"{entry[mode]['attention_gflop_per_s']:8.1f} GFLOP/s")
+            log(
+                f"  sdpa core ({label}) {mode:16s} {seconds * 1e3:9.2f} ms "
+                f"{entry[mode]['attention_gflop_per_s']:8.1f} GFLOP/s"
+            )
         out[label] = entry
     return out
 
@@ -272,7 +464,7 @@ def _bin_profile(step_seconds, prompt_len, num_bins=32):
     size = max(1, n // num_bins)
     positions, ms = [], []
     for start in range(0, n, size):
-        chunk = step_seconds[start:start + size]
+        chunk = step_seconds[start : start + size]
         positions.append(prompt_len + start + len(chunk) // 2)
         ms.append(1e3 * sum(chunk) / len(chunk))
     return positions, ms
@@ -291,8 +483,9 @@ def bench_decoding(cfg, device, log):
     results, tokens, profile = {}, {}, {}
     for n in lengths:
         # the modes take turns within each repeat, so a busy spell on the machine hits all three
-        rounds = [{mode: generate(model, prompt, n, mode) for mode in CACHE_MODES}
-                  for _ in range(cfg["decode_repeats"])]
+        rounds = [
+            {mode: generate(model, prompt, n, mode) for mode in CACHE_MODES} for _ in range(cfg["decode_repeats"])
+        ]
         for mode in CACHE_MODES:
             runs = [r[mode] for r in rounds]
             tokens[(mode, n)] = runs[0][0]
@@ -306,8 +499,9 @@ def bench_decoding(cfg, device, log):
         for mode in CACHE_MODES[1:]:
             if not torch.equal(tokens[(mode, n)], reference):
                 first = int((tokens[(mode, n)] != reference).any(dim=0).nonzero()[0])
-                raise AssertionError(f"greedy decoding with the {mode} cache differs from no cache at new token "
-                                     f"{first} of {n}")
+                raise AssertionError(
+                    f"greedy decoding with the {mode} cache differs from no cache at new token {first} of {n}"
+                )
     return {
         "model": dict(model_cfg, num_parameters=sum(p.numel() for p in model.parameters()), dtype="float32"),
         "lengths": lengths,
@@ -328,8 +522,10 @@ def bench_kv_variants(cfg, device, log):
     models = {names.get(g, f"gqa{g}"): build_model(model_cfg, g, device, torch.float32) for g in cfg["kv_groups"]}
     for model in models.values():  # warm-up
         generate(model, prompt, min(16, n), "preallocated")
-    rounds = [{name: generate(model, prompt, n, "preallocated") for name, model in models.items()}
-              for _ in range(cfg["decode_repeats"])]
+    rounds = [
+        {name: generate(model, prompt, n, "preallocated") for name, model in models.items()}
+        for _ in range(cfg["decode_repeats"])
+    ]
     out = {}
     for name, model in models.items():
         runs = [r[name] for r in rounds]
@@ -340,18 +536,26 @@ def bench_kv_variants(cfg, device, log):
         _, _, growing = generate(model, prompt, n, "growing")
         measured_growing, theory_growing = cache_bytes(model, growing, d["batch"], elem)
         if measured != theory or measured_growing != theory_growing:
-            raise AssertionError(f"{name}: cache holds {measured} / {measured_growing} bytes, "
-                                 f"kv_cache_bytes says {theory} / {theory_growing}")
+            raise AssertionError(
+                f"{name}: cache holds {measured} / {measured_growing} bytes, "
+                f"kv_cache_bytes says {theory} / {theory_growing}"
+            )
         attn = model.blocks[0].attn
         out[name] = {
-            "num_heads": attn.num_heads, "num_kv_heads": attn.num_kv_groups, "head_dim": attn.head_dim,
-            "num_layers": len(model.blocks), "cache_tokens": prealloc[0].max_len, "bytes_per_element": elem,
-            "cache_bytes_measured": measured, "cache_bytes_theory": theory,
-            "growing_cache_tokens": growing[0].seq_len, "growing_cache_bytes_measured": measured_growing,
-            "seconds": seconds, "tokens_per_s": n * d["batch"] / seconds,
+            "num_heads": attn.num_heads,
+            "num_kv_heads": attn.num_kv_groups,
+            "head_dim": attn.head_dim,
+            "num_layers": len(model.blocks),
+            "cache_tokens": prealloc[0].max_len,
+            "bytes_per_element": elem,
+            "cache_bytes_measured": measured,
+            "cache_bytes_theory": theory,
+            "growing_cache_tokens": growing[0].seq_len,
+            "growing_cache_bytes_measured": measured_growing,
+            "seconds": seconds,
+            "tokens_per_s": n * d["batch"] / seconds,
         }
-        log(f"  {name:6s} kv_heads={attn.num_kv_groups:3d} cache {measured / 2**20:8.3f} MiB "
-            f"{n / seconds:9.1f} tok/s")
+        log(f"  {name:6s} kv_heads={attn.num_kv_groups:3d} cache {measured / 2**20:8.3f} MiB {n / seconds:9.1f} tok/s")
     return {"new_tokens": n, "results": out}
 
 
@@ -369,8 +573,8 @@ def compute_ratios(report, cfg):
         "fastest_mha_vs_nn_mha": fwd["ours_sdpa"] / fwd["nn_mha"],
         "fastest_mha_vs_nn_mha_no_weights": fwd["ours_sdpa"] / fwd["nn_mha_no_weights"],
         "fastest_mha_vs_reference": fwd["ours_sdpa"] / fwd["mha_reference"],
-        "fastest_mha_vs_sdpa_forward_backward":
-            var["ours_sdpa"]["forward_backward"]["seconds"] / var["sdpa_is_causal"]["forward_backward"]["seconds"],
+        "fastest_mha_vs_sdpa_forward_backward": var["ours_sdpa"]["forward_backward"]["seconds"]
+        / var["sdpa_is_causal"]["forward_backward"]["seconds"],
         "cache_speedup_512": dec["none"][mid]["seconds"] / dec["preallocated"][mid]["seconds"],
         "static_vs_growing_1024": dec["growing"][long]["seconds"] / dec["preallocated"][long]["seconds"],
         "gqa_cache_bytes_ratio_error": abs(measured - theory),
@@ -389,15 +593,15 @@ def compute_ratios(report, cfg):
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
             "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
             "serving": "paged decoding (one scatter and one gather per step through the slot mapping) vs a "
-                       "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
-                       "call) vs the online softmax walking the key blocks one after another, one query per head, "
-                       "time ratio per key count",
+            "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
+            "call) vs the online softmax walking the key blocks one after another, one query per head, "
+            "time ratio per key count",
             "flash_triton": "GPU only: the course's Triton forward over SDPA's flash backend, TFLOP/s, bfloat16 "
-                            "(on the CPU the interpreter is checked for correctness, not timed)",
+            "(on the CPU the interpreter is checked for correctness, not timed)",
             "context_parallel": "causal attention on W local gloo processes (CPU, loopback): bytes per rank of the "
-                                "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
-                                "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
-                                "thread each",
+            "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
+            "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
+            "thread each",
         },
     }
 

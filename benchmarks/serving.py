@@ -8,6 +8,7 @@
   one after another (one running max, sum and output), ``split_k_attention`` computes all chunks as one batched
   call and merges them. Both must equal SDPA first.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,10 +39,18 @@ def bench_paged_decode(cfg, device, log):
     torch.manual_seed(8)
     prompt_lens = torch.randint(p["min_prompt"], p["max_prompt"] + 1, (b,)).tolist()
     max_len = p["max_len"]  # what a preallocated cache must reserve for every sequence
-    prompts = [(torch.randn(hkv, n, hd, device=device, dtype=dtype), torch.randn(hkv, n, hd, device=device,
-                                                                                  dtype=dtype)) for n in prompt_lens]
-    new = [(torch.randn(b, hkv, hd, device=device, dtype=dtype), torch.randn(b, hkv, hd, device=device, dtype=dtype),
-            torch.randn(b, nh, hd, device=device, dtype=dtype)) for _ in range(steps)]
+    prompts = [
+        (torch.randn(hkv, n, hd, device=device, dtype=dtype), torch.randn(hkv, n, hd, device=device, dtype=dtype))
+        for n in prompt_lens
+    ]
+    new = [
+        (
+            torch.randn(b, hkv, hd, device=device, dtype=dtype),
+            torch.randn(b, hkv, hd, device=device, dtype=dtype),
+            torch.randn(b, nh, hd, device=device, dtype=dtype),
+        )
+        for _ in range(steps)
+    ]
     num_blocks = sum(-(-(n + steps) // bs) for n in prompt_lens)
 
     def run_paged():
@@ -60,7 +69,7 @@ def bench_paged_decode(cfg, device, log):
         keys = torch.zeros(b, hkv, max_len, hd, device=device, dtype=dtype)
         values = torch.zeros_like(keys)
         for i, (k, v) in enumerate(prompts):
-            keys[i, :, :k.shape[1]], values[i, :, :v.shape[1]] = k, v
+            keys[i, :, : k.shape[1]], values[i, :, : v.shape[1]] = k, v
         lens = torch.tensor(prompt_lens, device=device)
         return [_contiguous_step(keys, values, lens, *step) for step in new], keys
 
@@ -77,21 +86,39 @@ def bench_paged_decode(cfg, device, log):
     contiguous_reserved = b * max_len * slot_bytes
     paged_reserved = cache.num_used_blocks * bs * slot_bytes
     result = {
-        "shape": dict(batch=b, kv_heads=hkv, heads=nh, head_dim=hd, block_size=bs, steps=steps, max_len=max_len,
-                      prompt_lens=prompt_lens, dtype=p["dtype"]),
+        "shape": dict(
+            batch=b,
+            kv_heads=hkv,
+            heads=nh,
+            head_dim=hd,
+            block_size=bs,
+            steps=steps,
+            max_len=max_len,
+            prompt_lens=prompt_lens,
+            dtype=p["dtype"],
+        ),
         "max_abs_error": err,
-        "paged": {"seconds": times["paged"], "tokens_per_s": tokens / times["paged"],
-                  "bytes_reserved": paged_reserved, "bytes_wasted": cache.wasted_slots * slot_bytes},
-        "contiguous": {"seconds": times["contiguous"], "tokens_per_s": tokens / times["contiguous"],
-                       "bytes_reserved": contiguous_reserved,
-                       "bytes_wasted": contiguous_reserved - stored * slot_bytes},
+        "paged": {
+            "seconds": times["paged"],
+            "tokens_per_s": tokens / times["paged"],
+            "bytes_reserved": paged_reserved,
+            "bytes_wasted": cache.wasted_slots * slot_bytes,
+        },
+        "contiguous": {
+            "seconds": times["contiguous"],
+            "tokens_per_s": tokens / times["contiguous"],
+            "bytes_reserved": contiguous_reserved,
+            "bytes_wasted": contiguous_reserved - stored * slot_bytes,
+        },
     }
     if result["paged"]["bytes_wasted"] != paged_reserved - stored * slot_bytes:
         raise AssertionError("paged cache: wasted_slots disagrees with the blocks it holds")
     for name in ("paged", "contiguous"):
         r = result[name]
-        log(f"  {name:10s} {r['tokens_per_s']:9.1f} tok/s  reserved {r['bytes_reserved'] / 2**20:8.3f} MiB, "
-            f"unused {r['bytes_wasted'] / 2**20:8.3f} MiB")
+        log(
+            f"  {name:10s} {r['tokens_per_s']:9.1f} tok/s  reserved {r['bytes_reserved'] / 2**20:8.3f} MiB, "
+            f"unused {r['bytes_wasted'] / 2**20:8.3f} MiB"
+        )
     return result
 
 
@@ -105,8 +132,10 @@ def bench_split_k(cfg, device, log):
         q = torch.randn(1, h, 1, d, device=device, dtype=dtype)
         k, v = (torch.randn(1, h, t, d, device=device, dtype=dtype) for _ in range(2))
         splits = -(-t // chunk)
-        fns = {"one_pass": lambda q=q, k=k, v=v: online_softmax_attention(q, k, v, block_size=chunk)[0],
-               "split_k": lambda q=q, k=k, v=v, splits=splits: split_k_attention(q, k, v, num_splits=splits)[0]}
+        fns = {
+            "one_pass": lambda q=q, k=k, v=v: online_softmax_attention(q, k, v, block_size=chunk)[0],
+            "split_k": lambda q=q, k=k, v=v, splits=splits: split_k_attention(q, k, v, num_splits=splits)[0],
+        }
         with torch.no_grad():
             ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
             errors = {name: (fn().double() - ref).abs().max().item() for name, fn in fns.items()}
@@ -115,8 +144,10 @@ def bench_split_k(cfg, device, log):
             times = median_times(fns, device, s["repeats"], 1)
         out[str(t)] = {name: {"seconds": times[name], "max_abs_error": errors[name]} for name in fns}
         out[str(t)]["num_splits"] = splits
-        log(f"  {t:6d} keys: one pass {times['one_pass'] * 1e3:8.2f} ms, split-K ({splits} chunks of {chunk}) "
-            f"{times['split_k'] * 1e3:8.2f} ms")
+        log(
+            f"  {t:6d} keys: one pass {times['one_pass'] * 1e3:8.2f} ms, split-K ({splits} chunks of {chunk}) "
+            f"{times['split_k'] * 1e3:8.2f} ms"
+        )
     return {"shape": dict(heads=h, head_dim=d, chunk=chunk, dtype=s["dtype"]), "results": out}
 
 
@@ -126,8 +157,10 @@ def serving_ratios(report) -> dict:
         return {}
     paged, contiguous = report["paged_decode"]["paged"], report["paged_decode"]["contiguous"]
     res = report["split_k"]["results"]
-    ratios = {"paged_vs_contiguous_tokens_per_s": paged["tokens_per_s"] / contiguous["tokens_per_s"],
-              "contiguous_vs_paged_bytes_wasted": contiguous["bytes_wasted"] / max(1, paged["bytes_wasted"])}
+    ratios = {
+        "paged_vs_contiguous_tokens_per_s": paged["tokens_per_s"] / contiguous["tokens_per_s"],
+        "contiguous_vs_paged_bytes_wasted": contiguous["bytes_wasted"] / max(1, paged["bytes_wasted"]),
+    }
     for t, entry in res.items():
         ratios[f"split_k_vs_one_pass_time_{t}"] = entry["split_k"]["seconds"] / entry["one_pass"]["seconds"]
     return ratios

@@ -1,4 +1,5 @@
 """Timing helpers: medians of repeats after warm-up, synchronising the device around each repeat."""
+
 from __future__ import annotations
 
 import statistics

@@ -13,6 +13,7 @@ parameters, or holds copies of them, so that outputs and gradients can be compar
   nn_mha_no_weights  nn.MultiheadAttention(..., need_weights=False)
   ours_sdpa          course_utils MultiHeadAttention(..., use_sdpa=True): the course's fastest path
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,8 +30,17 @@ from course_utils import (
     to_sdpa_mask,
 )
 
-VARIANTS = ("wrapper", "mha_reference", "fused_qkv", "einsum", "sdpa_is_causal", "sdpa_mask",
-            "nn_mha", "nn_mha_no_weights", "ours_sdpa")
+VARIANTS = (
+    "wrapper",
+    "mha_reference",
+    "fused_qkv",
+    "einsum",
+    "sdpa_is_causal",
+    "sdpa_mask",
+    "nn_mha",
+    "nn_mha_no_weights",
+    "ours_sdpa",
+)
 
 
 class FusedQKV(nn.Module):
@@ -40,8 +50,7 @@ class FusedQKV(nn.Module):
         super().__init__()
         self.num_heads, self.head_dim, self.d_out = mha.num_heads, mha.head_dim, mha.d_out
         w = mha.W_query.weight
-        self.qkv = nn.Linear(mha.d_in, 3 * mha.d_out, bias=mha.W_query.bias is not None,
-                             device=w.device, dtype=w.dtype)
+        self.qkv = nn.Linear(mha.d_in, 3 * mha.d_out, bias=mha.W_query.bias is not None, device=w.device, dtype=w.dtype)
         self.out_proj = mha.out_proj  # shared
         with torch.no_grad():
             self.qkv.weight.copy_(torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]))
@@ -65,7 +74,7 @@ def einsum_mha(mha: MultiHeadAttention, x):
         return out if linear.bias is None else out + linear.bias.view(1, nh, 1, hs)
 
     q, k, v = heads(mha.W_query), heads(mha.W_key), heads(mha.W_value)
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hs ** 0.5  # (B, nh, T, T)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hs**0.5  # (B, nh, T, T)
     scores = scores.masked_fill(causal_mask(t, device=x.device), float("-inf"))
     ctx = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores, dim=-1), v)  # (B, nh, T, hs)
     # merging heads and out_proj in one contraction: (B, nh, T, hs) x (d_out, nh, hs) -> (B, T, d_out)
@@ -90,8 +99,9 @@ def bare_sdpa(mha: MultiHeadAttention, x, explicit_mask: bool = False):
 def wrapper_from(mha: MultiHeadAttention) -> MultiHeadAttentionWrapper:
     """A MultiHeadAttentionWrapper whose head h holds rows h*hs:(h+1)*hs of mha's projections."""
     w = mha.W_query.weight
-    wrapper = MultiHeadAttentionWrapper(mha.d_in, mha.head_dim, mha.context_length, mha.dropout.p,
-                                        mha.num_heads, qkv_bias=mha.W_query.bias is not None)
+    wrapper = MultiHeadAttentionWrapper(
+        mha.d_in, mha.head_dim, mha.context_length, mha.dropout.p, mha.num_heads, qkv_bias=mha.W_query.bias is not None
+    )
     wrapper = wrapper.to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
         for h, head in enumerate(wrapper.heads):

@@ -2,6 +2,7 @@
 
 Set the environment variable ``ATTN_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) to force one.
 """
+
 from __future__ import annotations
 
 import os

@@ -16,6 +16,7 @@ With ``ATTN_CHECK_FIGURES=1`` in its environment, a kernel that imports ``course
 is drawn for display (``check_when_drawn``) and raises ``FigureProblems`` instead of showing a figure with problems:
 nbval, which runs every notebook in ``make test``, then fails at that cell and shows the list.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,10 +37,37 @@ from . import viz_zh
 CHECK_ENV_VAR = "ATTN_CHECK_FIGURES"
 # Latin words a Chinese figure may keep: the course's terms (as the Chinese prose writes them), units and function
 # names a formula shows. Anything else in a Chinese figure's label is English to translate (viz_zh.py).
-COURSE_TERMS = frozenset({
-    "KV", "RoPE", "MHA", "GQA", "MQA", "MLA", "SDPA", "token", "tokens", "softmax", "cache", "batch", "head_dim",
-    "ms", "MiB", "GiB", "KiB", "GFLOP", "float32", "bfloat16", "float16", "cos", "sin", "max", "base", "YaRN", "NTK",
-})
+COURSE_TERMS = frozenset(
+    {
+        "KV",
+        "RoPE",
+        "MHA",
+        "GQA",
+        "MQA",
+        "MLA",
+        "SDPA",
+        "token",
+        "tokens",
+        "softmax",
+        "cache",
+        "batch",
+        "head_dim",
+        "ms",
+        "MiB",
+        "GiB",
+        "KiB",
+        "GFLOP",
+        "float32",
+        "bfloat16",
+        "float16",
+        "cos",
+        "sin",
+        "max",
+        "base",
+        "YaRN",
+        "NTK",
+    }
+)
 # model families, names in any language
 MODEL_NAMES = frozenset({"Llama", "Falcon", "Mistral", "DeepSeek", "GPT", "Qwen", "Gemma"})
 OVERLAP_PX = 1.0  # texts may touch; overlapping by more than this (in both directions) is a collision
@@ -69,8 +97,11 @@ def figure_problems(fig, chinese: bool = False) -> list[str]:
     problems += _overlaps(_texts(fig, axes, renderer))
     problems += _colour_problems(plots)
     if chinese:
-        problems += [f"English in a Chinese figure: {t!r} (translate it in course_utils/viz_zh.py)"
-                     for t in _labels(fig, axes) if _latin_only(t)]
+        problems += [
+            f"English in a Chinese figure: {t!r} (translate it in course_utils/viz_zh.py)"
+            for t in _labels(fig, axes)
+            if _latin_only(t)
+        ]
     return list(dict.fromkeys(problems))
 
 
@@ -97,6 +128,7 @@ def check_when_drawn(chinese=lambda: False) -> None:
 
 
 # --- what the figure holds ---
+
 
 def _draw(fig):
     fig.draw_without_rendering()  # layout done (tight, constrained), tick labels placed
@@ -157,6 +189,7 @@ def _is_number(text: str) -> bool:
 
 # --- the rules ---
 
+
 def _label_problems(ax):
     if not ax.axison:  # a drawing, or an empty panel of a grid
         drawn = ax.texts or ax.patches or ax.lines or ax.collections or _images(ax)
@@ -176,8 +209,10 @@ def _label_problems(ax):
     for axis in (ax.xaxis, ax.yaxis):
         powers = [t.get_text() for t in _tick_labels(axis) if _SCIENTIFIC.search(t.get_text())]
         if powers:
-            problems.append(f"tick labels in scientific form on the {axis.axis_name} axis ({powers[0]!r}): "
-                            "write plain numbers (a ScalarFormatter, or fewer minor labels)")
+            problems.append(
+                f"tick labels in scientific form on the {axis.axis_name} axis ({powers[0]!r}): "
+                "write plain numbers (a ScalarFormatter, or fewer minor labels)"
+            )
     return problems
 
 
@@ -186,8 +221,10 @@ def _has_colorbar(image, fig) -> bool:
         colorbar = getattr(ax, "_colorbar", None)
         if colorbar is None:
             continue
-        if colorbar.mappable is image or (colorbar.mappable.get_cmap().name == image.get_cmap().name
-                                          and colorbar.mappable.get_clim() == image.get_clim()):
+        if colorbar.mappable is image or (
+            colorbar.mappable.get_cmap().name == image.get_cmap().name
+            and colorbar.mappable.get_clim() == image.get_clim()
+        ):
             return True
     return False
 
@@ -222,16 +259,20 @@ def _heatmap_problems(ax, fig, renderer):
         annotated = len(cells) >= array.count()
         categories = len(values) <= MAX_CATEGORIES and bool(np.all(values == np.round(values)))  # a mask, a map
         if not (_has_colorbar(image, fig) or annotated or (categories and _has_key(ax, fig))):
-            problems.append("a heatmap without a colour bar or its values written in its cells"
-                            if not categories else "a map of categories whose colours no legend or title explains")
+            problems.append(
+                "a heatmap without a colour bar or its values written in its cells"
+                if not categories
+                else "a map of categories whose colours no legend or title explains"
+            )
         if annotated and not categories:
             problems += _rounded_away(array, cells)
         if categories:
             background = to_rgb(ax.get_facecolor())
             faint = [v for v in values if _distance(image.to_rgba(v)[:3], background) < 0.06]
             if faint:
-                problems.append("cells drawn in the background's colour (they vanish): give every category a "
-                                "visible colour")
+                problems.append(
+                    "cells drawn in the background's colour (they vanish): give every category a visible colour"
+                )
     return problems
 
 
@@ -251,18 +292,26 @@ def _rounded_away(array, cells):
         if values.count() < 2 or any((row, col) not in cells for col in range(array.shape[1]) if not values.mask[col]):
             continue
         best = cells[(row, int(values.argmax()))]
-        ties = [cells[(row, col)] for col in range(array.shape[1]) if not values.mask[col]
-                and values[col] < values.max() and cells[(row, col)].get_text() == best.get_text()]
+        ties = [
+            cells[(row, col)]
+            for col in range(array.shape[1])
+            if not values.mask[col] and values[col] < values.max() and cells[(row, col)].get_text() == best.get_text()
+        ]
         if any(_weight(t) == _weight(best) for t in ties):
-            problems.append(f"row {row}: the largest value reads {best.get_text()!r} like a smaller one: write more "
-                            "digits or mark the largest (bold)")
+            problems.append(
+                f"row {row}: the largest value reads {best.get_text()!r} like a smaller one: write more "
+                "digits or mark the largest (bold)"
+            )
     return problems
 
 
 def _weight(text) -> int:
     weight = text.get_fontweight()
-    return weight if isinstance(weight, int) else {"bold": 700, "heavy": 800, "black": 900, "semibold": 600,
-                                                   "demibold": 600, "demi": 600}.get(weight, 400)
+    return (
+        weight
+        if isinstance(weight, int)
+        else {"bold": 700, "heavy": 800, "black": 900, "semibold": 600, "demibold": 600, "demi": 600}.get(weight, 400)
+    )
 
 
 def _distance(a, b) -> float:
@@ -273,8 +322,10 @@ def _legend_labels(ax):
     legend = ax.get_legend()
     if legend is None:
         return {}
-    return {text.get_text(): _colour(handle) for handle, text in zip(legend.legend_handles, legend.get_texts(),
-                                                                      strict=False)}
+    return {
+        text.get_text(): _colour(handle)
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=False)
+    }
 
 
 def _colour(artist):
@@ -288,8 +339,13 @@ def _colour(artist):
 
 
 def _bars(ax):
-    return [patch for container in ax.containers if isinstance(container, BarContainer)
-            for patch in container.patches if patch.get_visible()]
+    return [
+        patch
+        for container in ax.containers
+        if isinstance(container, BarContainer)
+        for patch in container.patches
+        if patch.get_visible()
+    ]
 
 
 def _figure_legend_labels(fig) -> set:
@@ -410,8 +466,11 @@ def _overlaps(texts):
     # bounding boxes first, all pairs at once: only pairs whose boxes overlap can overlap
     depth = np.minimum(high[:, None], high[None]) - np.maximum(low[:, None], low[None])  # (n, n, 2)
     candidates = np.argwhere(np.triu((depth > OVERLAP_PX).all(axis=-1), k=1))
-    return [f"texts overlap: {texts[i][0].get_text()!r} and {texts[j][0].get_text()!r}"
-            for i, j in candidates if _overlap_depth(quads[i], quads[j]) > OVERLAP_PX]
+    return [
+        f"texts overlap: {texts[i][0].get_text()!r} and {texts[j][0].get_text()!r}"
+        for i, j in candidates
+        if _overlap_depth(quads[i], quads[j]) > OVERLAP_PX
+    ]
 
 
 def _colour_problems(axes):
@@ -423,10 +482,14 @@ def _colour_problems(axes):
                 continue
             colours.setdefault(label, set()).add(colour)
             labels.setdefault(colour, set()).add(label)
-    problems = [f"{label!r} is drawn in {len(c)} colours ({', '.join(sorted(c))})"
-                for label, c in colours.items() if len(c) > 1]
-    problems += [f"one colour ({colour}) stands for {len(ls)} methods: {', '.join(map(repr, sorted(ls)))}"
-                 for colour, ls in labels.items() if len(ls) > 1]
+    problems = [
+        f"{label!r} is drawn in {len(c)} colours ({', '.join(sorted(c))})" for label, c in colours.items() if len(c) > 1
+    ]
+    problems += [
+        f"one colour ({colour}) stands for {len(ls)} methods: {', '.join(map(repr, sorted(ls)))}"
+        for colour, ls in labels.items()
+        if len(ls) > 1
+    ]
     return problems
 
 
@@ -439,8 +502,12 @@ def _labels(fig, axes):
     for ax in axes:
         texts += [_title(ax), ax.get_xlabel(), ax.get_ylabel()] + [t.get_text() for t in ax.texts if _shown(t)]
         if ax.axison:
-            texts += [t.get_text() for axis in (ax.xaxis, ax.yaxis) for t in _tick_labels(axis)
-                      if len(t.get_text().split()) > 1]
+            texts += [
+                t.get_text()
+                for axis in (ax.xaxis, ax.yaxis)
+                for t in _tick_labels(axis)
+                if len(t.get_text().split()) > 1
+            ]
         legend = ax.get_legend()
         if legend is not None:
             texts += [t.get_text() for t in legend.get_texts() + [legend.get_title()] if _shown(t)]
@@ -451,8 +518,7 @@ def _latin_only(text: str) -> bool:
     if _CJK.search(text):
         return False
     words = re.findall(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*", re.sub(r"\$[^$]*\$", "", text))
-    return any(len(w) > 1 and "_" not in w and w not in COURSE_TERMS | MODEL_NAMES
-               and not _is_symbol(w) for w in words)
+    return any(len(w) > 1 and "_" not in w and w not in COURSE_TERMS | MODEL_NAMES and not _is_symbol(w) for w in words)
 
 
 def _is_symbol(word: str) -> bool:

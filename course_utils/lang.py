@@ -5,6 +5,7 @@ The Chinese notebooks run the same code as the English ones, so the language is 
 working directory is inside a ``zh-CN`` folder (Jupyter starts a notebook's kernel in the notebook's folder), else
 English.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,16 @@ from pathlib import Path
 LANG_ENV_VAR = "ATTN_LANG"
 LANGUAGES = ("en", "zh")
 ZH_FOLDER = "zh-CN"
-_ALIASES = {"en": "en", "english": "en", "zh": "zh", "zh-cn": "zh", "zh_cn": "zh", "cn": "zh", "chinese": "zh",
-            "中文": "zh"}
+_ALIASES = {
+    "en": "en",
+    "english": "en",
+    "zh": "zh",
+    "zh-cn": "zh",
+    "zh_cn": "zh",
+    "cn": "zh",
+    "chinese": "zh",
+    "中文": "zh",
+}
 _chosen: str | None = None
 
 

@@ -7,6 +7,7 @@ active (a ``TorchFunctionMode``) and adds up the bytes of the storages alive at 
 A ``TorchFunctionMode`` rather than a ``TorchDispatchMode``: the latter would import torch._dynamo on first use,
 several seconds.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -31,8 +32,9 @@ class TensorMemoryTracker(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.num_ops += 1
-        inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs))
-                  if isinstance(t, torch.Tensor)}
+        inputs = {
+            t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+        }
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._track(t, inputs)

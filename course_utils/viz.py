@@ -9,6 +9,7 @@ they are set (``viz_zh``) and drawn with an installed CJK font; without such a f
 show empty boxes, and a notebook open in JupyterLab says so once, when it imports this module
 (``NO_CJK_FONT_NOTICE``).
 """
+
 from __future__ import annotations
 
 import io
@@ -24,9 +25,21 @@ from . import figure_check, viz_zh
 from .lang import current_language, pick
 
 # families with Chinese glyphs, most wanted first (Debian's fonts-noto-cjk, Source Han, WenQuanYi, macOS, Windows)
-CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
-                "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "PingFang SC", "Hiragino Sans GB", "Heiti SC",
-                "Microsoft YaHei", "SimHei", "Arial Unicode MS")
+CJK_FAMILIES = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "Source Han Sans CN",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "PingFang SC",
+    "Hiragino Sans GB",
+    "Heiti SC",
+    "Microsoft YaHei",
+    "SimHei",
+    "Arial Unicode MS",
+)
 _cjk_family: list = []  # [family or None] once looked up
 
 
@@ -34,6 +47,7 @@ def cjk_font() -> str | None:
     """The first installed font family of ``CJK_FAMILIES``, or None. Fonts installed after matplotlib built its
     font cache are found too."""
     if not _cjk_family:
+
         def first():
             names = {f.name for f in font_manager.fontManager.ttflist}
             return next((family for family in CJK_FAMILIES if family in names), None)
@@ -57,10 +71,12 @@ def speaks_chinese() -> bool:
 
 
 # printed once in a Chinese notebook without a CJK font: on stdout, not a warning
-NO_CJK_FONT_NOTICE = ("提示：没有找到中文字体，图中的文字会显示为英文。装一个中文字体、重启内核即可："
-                      "Debian/Ubuntu 装 fonts-noto-cjk（sudo apt-get install fonts-noto-cjk），"
-                      "Fedora 装 google-noto-sans-cjk-fonts（sudo dnf install google-noto-sans-cjk-fonts）；"
-                      "macOS 自带 PingFang，Windows 自带 Microsoft YaHei（微软雅黑）。")
+NO_CJK_FONT_NOTICE = (
+    "提示：没有找到中文字体，图中的文字会显示为英文。装一个中文字体、重启内核即可："
+    "Debian/Ubuntu 装 fonts-noto-cjk（sudo apt-get install fonts-noto-cjk），"
+    "Fedora 装 google-noto-sans-cjk-fonts（sudo dnf install google-noto-sans-cjk-fonts）；"
+    "macOS 自带 PingFang，Windows 自带 Microsoft YaHei（微软雅黑）。"
+)
 _noticed: list = []  # [True] once the notice is printed
 
 
@@ -105,8 +121,9 @@ if os.environ.get(figure_check.CHECK_ENV_VAR) and "ipykernel" in sys.modules:
     figure_check.check_when_drawn(chinese=speaks_chinese)
 
 
-def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True,
-                   vmax=None, decimals=2):
+def plot_attention(
+    weights, tokens=None, ax=None, title=None, key_tokens=None, cmap="viridis", annotate=True, vmax=None, decimals=2
+):
     """Heatmap of one (num_queries, num_keys) weight matrix, queries down, keys across.
 
     ``annotate``: write each weight in its cell (matrices up to 10 x 10), the largest of each row in bold (the key
@@ -127,9 +144,16 @@ def plot_attention(weights, tokens=None, ax=None, title=None, key_tokens=None, c
     if annotated:
         largest = weights.argmax(dim=-1).tolist()
         for (i, j), value in _cells(weights):
-            ax.text(j, i, f"{value:.{decimals}f}", ha="center", va="center", fontsize=7,
-                    fontweight="bold" if j == largest[i] else "normal",
-                    color="white" if value < 0.6 * top else "black")
+            ax.text(
+                j,
+                i,
+                f"{value:.{decimals}f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                fontweight="bold" if j == largest[i] else "normal",
+                color="white" if value < 0.6 * top else "black",
+            )
     ax.set_xlabel(KEY_BOLD_LABEL if annotated else "key")
     ax.set_ylabel("query")
     if title:
@@ -279,4 +303,5 @@ class Countdown:
 
     def _ipython_display_(self):
         from IPython.display import display
+
         display(self.widget)

@@ -4,6 +4,7 @@
 ``LABELS`` maps a whole English text to its Chinese; ``PATTERNS`` translate texts made by f-strings. A text found in
 neither (a token, a number, a model name) stays as it is.
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,7 @@ LABELS = {
     "after .view(B, T, nh, hs).transpose(1, 2): (nh, T, hs)": ".view(B, T, nh, hs).transpose(1, 2) 之后：(nh, T, hs)",
     "4 heads, one sentence": "4 个头，同一句话",
     # 05
-    "3 new queries, 4 cached + 3 new keys (green = may attend)":
-        "3 个新查询，4 个缓存的键 + 3 个新键（绿色 = 可以关注）",
+    "3 new queries, 4 cached + 3 new keys (green = may attend)": "3 个新查询，4 个缓存的键 + 3 个新键（绿色 = 可以关注）",
     "no cache: recompute the prefix": "不用缓存：重算整个前缀",
     "KV cache: one new token": "KV cache：只算一个新 token",
     "tokens already generated": "已生成的 token 数",
@@ -48,8 +48,7 @@ LABELS = {
     "token": "词元（token）",
     "key value": "键的取值",
     # 06
-    "K/V head read by each query head (8 query heads, 2 K/V heads)":
-        "每个查询头读取的 K/V 头（8 个查询头，2 个 K/V 头）",
+    "K/V head read by each query head (8 query heads, 2 K/V heads)": "每个查询头读取的 K/V 头（8 个查询头，2 个 K/V 头）",
     "KV cache (MiB)": "KV 缓存（MiB）",
     "K/V heads after mean-pooling 8 heads": "8 个头做平均池化后的 K/V 头数",
     "relative output error": "输出的相对误差",
@@ -174,45 +173,67 @@ LABELS = {
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
 }
 
-PATTERNS = [(re.compile(p), r) for p, r in (
-    (r"^(\w+): ring time (\d+)$", r"\1：环的总时间 \2"),
-    (r"^(\w+), step (\d+)$", r"\1，第 \2 步"),
-    (r"^query '(.*)', τ = (\S+)$", r"查询 '\1'，τ = \2"),
-    (r"^cost of the Python loop \((\w+)\)$", r"Python 循环的开销（\1）"),
-    (r"^(\d+) head\(s\)$", r"\1 个头"),
-    (r"^head (\d+)$", r"头 \1"),
-    (r"^layer (\d+)$", r"第 \1 层"),
-    (r"^cached keys, head 0 \((\d+) of (\d+) tokens\)$", r"缓存的键，头 0（\2 个 token 中的 \1 个）"),
-    (r'^"(.*)" attends to the cache$', r'"\1" 关注缓存'),
-    (r"^cache for (\d+) tokens$", r"\1 个 token 的缓存"),
-    (r"^decoding (\d+) tokens$", r"解码 \1 个 token"),
-    (r"^(\d+) kv heads$", r"\1 个 KV 头"),
-    (r"^([\d,]+) tokens x batch (\d+), (\w+)$", r"\1 个 token × batch \2，\3"),
-    (r"^(milliseconds, lower|attention GFLOP/s, higher|speed-up vs the reference path, higher) is better \((.*), (\d+) threads\)$",
-     lambda m: {"milliseconds, lower": "毫秒，越低越好", "attention GFLOP/s, higher": "注意力 GFLOP/s，越高越好",
-                "speed-up vs the reference path, higher": "相对参考实现的加速比，越高越好"}[m.group(1)]
-     + f"（{m.group(2)}，{m.group(3)} 个线程）"),
-    (r"^cos\(m θ_i\), head_dim=(.*)$", r"cos(m θ_i)，head_dim=\1"),
-    (r"^base (\S+)$", r"基数 base = \1"),
-    (r"^window (\d+), (\d+) sink\(s\): query (\d+) sees (\d+) keys$",
-     r"窗口 \1，\2 个汇聚点：查询 \3 看到 \4 个键"),
-    (r"^(\d+) of (\d+) tiles computed$", r"已计算 \1 / \2 个分块"),
-    (r"^  ([\d,.]+) MiB \(smallest\)$", r"  \1 MiB（最小）"),
-    (r"^  ([\d,.]+) MiB \(([\d,.]+)x the smallest\)$", r"  \1 MiB（最小者的 \2 倍）"),
-    (r"^([\d,]+) tokens x batch (\d+), (\w+)$", r"\1 个 token × 批大小 \2，\3"),
-    (r"^your (MHA|GQA|MQA|MLA)$", r"你的 \1"),
-    (r"^(forward|forward \+ backward): (.*)$", lambda m: f"{LABELS[m.group(1)]}：{m.group(2)}"),
-    (r"^layer (\d+), head (\d+)(?: \((previous-token head|induction head)\))?\n(.*)$",
-     lambda m: (f"第 {m.group(1)} 层，头 {m.group(2)}"
+PATTERNS = [
+    (re.compile(p), r)
+    for p, r in (
+        (r"^(\w+): ring time (\d+)$", r"\1：环的总时间 \2"),
+        (r"^(\w+), step (\d+)$", r"\1，第 \2 步"),
+        (r"^query '(.*)', τ = (\S+)$", r"查询 '\1'，τ = \2"),
+        (r"^cost of the Python loop \((\w+)\)$", r"Python 循环的开销（\1）"),
+        (r"^(\d+) head\(s\)$", r"\1 个头"),
+        (r"^head (\d+)$", r"头 \1"),
+        (r"^layer (\d+)$", r"第 \1 层"),
+        (r"^cached keys, head 0 \((\d+) of (\d+) tokens\)$", r"缓存的键，头 0（\2 个 token 中的 \1 个）"),
+        (r'^"(.*)" attends to the cache$', r'"\1" 关注缓存'),
+        (r"^cache for (\d+) tokens$", r"\1 个 token 的缓存"),
+        (r"^decoding (\d+) tokens$", r"解码 \1 个 token"),
+        (r"^(\d+) kv heads$", r"\1 个 KV 头"),
+        (r"^([\d,]+) tokens x batch (\d+), (\w+)$", r"\1 个 token × batch \2，\3"),
+        (
+            r"^(milliseconds, lower|attention GFLOP/s, higher|speed-up vs the reference path, higher) is better \((.*), (\d+) threads\)$",
+            lambda m: (
+                {
+                    "milliseconds, lower": "毫秒，越低越好",
+                    "attention GFLOP/s, higher": "注意力 GFLOP/s，越高越好",
+                    "speed-up vs the reference path, higher": "相对参考实现的加速比，越高越好",
+                }[m.group(1)]
+                + f"（{m.group(2)}，{m.group(3)} 个线程）"
+            ),
+        ),
+        (r"^cos\(m θ_i\), head_dim=(.*)$", r"cos(m θ_i)，head_dim=\1"),
+        (r"^base (\S+)$", r"基数 base = \1"),
+        (
+            r"^window (\d+), (\d+) sink\(s\): query (\d+) sees (\d+) keys$",
+            r"窗口 \1，\2 个汇聚点：查询 \3 看到 \4 个键",
+        ),
+        (r"^(\d+) of (\d+) tiles computed$", r"已计算 \1 / \2 个分块"),
+        (r"^  ([\d,.]+) MiB \(smallest\)$", r"  \1 MiB（最小）"),
+        (r"^  ([\d,.]+) MiB \(([\d,.]+)x the smallest\)$", r"  \1 MiB（最小者的 \2 倍）"),
+        (r"^([\d,]+) tokens x batch (\d+), (\w+)$", r"\1 个 token × 批大小 \2，\3"),
+        (r"^your (MHA|GQA|MQA|MLA)$", r"你的 \1"),
+        (r"^(forward|forward \+ backward): (.*)$", lambda m: f"{LABELS[m.group(1)]}：{m.group(2)}"),
+        (
+            r"^layer (\d+), head (\d+)(?: \((previous-token head|induction head)\))?\n(.*)$",
+            lambda m: (
+                f"第 {m.group(1)} 层，头 {m.group(2)}"
                 + {"previous-token head": "（前一词元头）", "induction head": "（归纳头）", None: ""}[m.group(3)]
-                + "\n" + re.sub(r"^prev (\S+), induction (\S+)$", r"前一词元分数 \1，归纳分数 \2", m.group(4)))),
-    (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
-    (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
-    (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
-    (r"^(zero|mean|resample) ablation$", lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)]),
-    (r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",
-     r"移除一个头（前一词元头：L\1H\2，归纳头：L\3H\4）"),
-)]
+                + "\n"
+                + re.sub(r"^prev (\S+), induction (\S+)$", r"前一词元分数 \1，归纳分数 \2", m.group(4))
+            ),
+        ),
+        (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+        (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
+        (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
+        (
+            r"^(zero|mean|resample) ablation$",
+            lambda m: {"zero": "零消融", "mean": "均值消融", "resample": "重采样消融"}[m.group(1)],
+        ),
+        (
+            r"^remove one head \(previous-token head: L(\d+)H(\d+), induction head: L(\d+)H(\d+)\)$",
+            r"移除一个头（前一词元头：L\1H\2，归纳头：L\3H\4）",
+        ),
+    )
+]
 
 
 def translate(text):

@@ -4,6 +4,7 @@
 ``F.scaled_dot_product_attention`` and masks built here with ``torch.tril``, so a test comparing the two
 does not trust any of the course's code paths.
 """
+
 import linecache
 import os
 
@@ -32,8 +33,11 @@ def pytest_configure(config):
         # every figure a notebook shows is checked as it is drawn (course_utils/figure_check.py): nbval fails there
         os.environ.setdefault("ATTN_CHECK_FIGURES", "1")
     config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False")
-    config.addinivalue_line("markers", "requires_sandbox: needs the grader's sandbox (Linux and bubblewrap); skipped "
-                                       "with the reason where there is none, an error in CI (CI=true)")
+    config.addinivalue_line(
+        "markers",
+        "requires_sandbox: needs the grader's sandbox (Linux and bubblewrap); skipped "
+        "with the reason where there is none, an error in CI (CI=true)",
+    )
 
 
 def pytest_runtest_setup(item):

@@ -3,6 +3,7 @@
 It shares no code with course_utils.rotary: the frequencies come from Python floats, the rotation from torch's
 complex multiplication, and the pairing is explicit (adjacent for interleaved, i with i + d/2 for rotate half).
 """
+
 import torch
 
 
@@ -24,8 +25,7 @@ def complex_rope(x, positions, base=10000.0, interleaved=False):
         rotated = pairs * turn
         out = torch.stack([rotated.real, rotated.imag], dim=-1).flatten(-2)
     else:
-        pairs = torch.complex(xd[..., : d // 2], xd[..., d // 2:])
+        pairs = torch.complex(xd[..., : d // 2], xd[..., d // 2 :])
         rotated = pairs * turn
         out = torch.cat([rotated.real, rotated.imag], dim=-1)
     return out.to(x.dtype)
-

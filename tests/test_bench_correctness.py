@@ -1,4 +1,5 @@
 """The benchmarks' correctness part, on tiny sizes (no timing assertions: timings are not stable in CI)."""
+
 import json
 from pathlib import Path
 
@@ -14,26 +15,58 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TINY = dict(
     variants=dict(batch=2, seq_len=8, d_in=6, d_out=8, num_heads=2, dtype="float32", atol=1e-5),
-    variant_repeats=1, variant_warmup=0,
+    variant_repeats=1,
+    variant_warmup=0,
     decoder=dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, prompt_len=3, batch=2),
-    decode_lengths=[2, 4, 8], decode_repeats=2, kv_groups=[4, 2, 1], kv_new_tokens=4,
-    online_softmax=dict(batch=2, heads=2, head_dim=8, seq_lens=[7, 12], block_size=4, dtype="float32", atol=1e-5,
-                        repeats=1, warmup=0),
-    mla=dict(d_model=16, num_heads=4, kv_latent_dim=6, rope_dim=2, num_kv_groups=2, prompt_len=3, new_tokens=4,
-             atol=1e-5, repeats=1),
+    decode_lengths=[2, 4, 8],
+    decode_repeats=2,
+    kv_groups=[4, 2, 1],
+    kv_new_tokens=4,
+    online_softmax=dict(
+        batch=2, heads=2, head_dim=8, seq_lens=[7, 12], block_size=4, dtype="float32", atol=1e-5, repeats=1, warmup=0
+    ),
+    mla=dict(
+        d_model=16,
+        num_heads=4,
+        kv_latent_dim=6,
+        rope_dim=2,
+        num_kv_groups=2,
+        prompt_len=3,
+        new_tokens=4,
+        atol=1e-5,
+        repeats=1,
+    ),
     long_context=dict(batch=2, kv_heads=2, head_dim=4, window=3, steps=10, dtype="float32", atol=1e-5, repeats=1),
-    serving=dict(batch=3, kv_heads=2, heads=4, head_dim=8, block_size=4, min_prompt=1, max_prompt=9, max_len=16,
-                 steps=3, dtype="float32", atol=1e-5, repeats=1, split_keys=[37], split_heads=2, split_head_dim=8,
-                 split_chunk=8),
+    serving=dict(
+        batch=3,
+        kv_heads=2,
+        heads=4,
+        head_dim=8,
+        block_size=4,
+        min_prompt=1,
+        max_prompt=9,
+        max_len=16,
+        steps=3,
+        dtype="float32",
+        atol=1e-5,
+        repeats=1,
+        split_keys=[37],
+        split_heads=2,
+        split_head_dim=8,
+        split_chunk=8,
+    ),
 )
 TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
 
 
-@pytest.mark.parametrize("d_in, d_out, num_heads, seq_len, context_length", [
-    (6, 8, 2, 5, 9),     # d_in < d_out, sequence shorter than context_length
-    (12, 8, 4, 7, 7),    # d_in > d_out, four heads
-    (8, 8, 2, 6, 10),    # d_in == d_out: nn.MultiheadAttention's packed in_proj
-])
+@pytest.mark.parametrize(
+    "d_in, d_out, num_heads, seq_len, context_length",
+    [
+        (6, 8, 2, 5, 9),  # d_in < d_out, sequence shorter than context_length
+        (12, 8, 4, 7, 7),  # d_in > d_out, four heads
+        (8, 8, 2, 6, 10),  # d_in == d_out: nn.MultiheadAttention's packed in_proj
+    ],
+)
 def test_variants_agree(d_in, d_out, num_heads, seq_len, context_length):
     fns, modules = build_variants(d_in, d_out, context_length, num_heads, "cpu")
     assert set(fns) == set(VARIANTS)
@@ -155,16 +188,19 @@ def test_run_writes_json_with_required_keys(tmp_path):
 
 def test_ring_cache_benchmark_refuses_disagreeing_results(monkeypatch):
     from benchmarks import long_context
+
     # a window one key short (hides key i - w + 1 too); forgetting the mask altogether would not show in decoding,
     # where the ring returns exactly the window's keys
-    monkeypatch.setattr(long_context, "sliding_window_mask_at",
-                        lambda q, k, window: k[None, :] <= q[:, None] - window + 1)
+    monkeypatch.setattr(
+        long_context, "sliding_window_mask_at", lambda q, k, window: k[None, :] <= q[:, None] - window + 1
+    )
     with pytest.raises(AssertionError, match="disagree"):
         long_context.bench_ring_cache(TINY, "cpu", log=lambda *args: None)
 
 
 def test_online_softmax_benchmark_refuses_disagreeing_results(monkeypatch):
     from benchmarks import beyond
+
     monkeypatch.setattr(beyond, "online_softmax_attention", lambda q, k, v, **kw: (q, None))
     with pytest.raises(AssertionError, match="attention results disagree"):
         beyond.bench_online_softmax(TINY, "cpu", log=lambda *args: None)
@@ -172,6 +208,7 @@ def test_online_softmax_benchmark_refuses_disagreeing_results(monkeypatch):
 
 def test_peak_bytes_sees_the_score_matrix():
     from benchmarks.beyond import naive_attention, peak_bytes
+
     q = torch.randn(1, 2, 64, 8)
     assert peak_bytes(lambda: naive_attention(q, q, q, causal=True), "cpu") >= 2 * 64 * 64 * 4
 
@@ -198,6 +235,7 @@ def test_committed_results_have_required_keys():
 
 def test_serving_benchmark_checks_and_counts_bytes():
     from benchmarks.serving import bench_paged_decode, bench_split_k, serving_ratios
+
     paged = bench_paged_decode(TINY, "cpu", log=lambda *args: None)
     assert paged["max_abs_error"] < 1e-5
     shape = paged["shape"]
@@ -209,13 +247,17 @@ def test_serving_benchmark_checks_and_counts_bytes():
     split = bench_split_k(TINY, "cpu", log=lambda *args: None)
     assert split["results"]["37"]["num_splits"] == 5 and split["results"]["37"]["split_k"]["max_abs_error"] < 1e-5
     ratios = serving_ratios({"paged_decode": paged, "split_k": split})
-    assert set(ratios) == {"paged_vs_contiguous_tokens_per_s", "contiguous_vs_paged_bytes_wasted",
-                           "split_k_vs_one_pass_time_37"}
+    assert set(ratios) == {
+        "paged_vs_contiguous_tokens_per_s",
+        "contiguous_vs_paged_bytes_wasted",
+        "split_k_vs_one_pass_time_37",
+    }
     assert ratios["contiguous_vs_paged_bytes_wasted"] > 1
 
 
 def test_serving_benchmark_refuses_disagreeing_results(monkeypatch):
     from benchmarks import serving
+
     monkeypatch.setattr(serving, "split_k_attention", lambda q, k, v, **kw: (q, None))
     with pytest.raises(AssertionError, match="disagree"):
         serving.bench_split_k(TINY, "cpu", log=lambda *args: None)
@@ -230,6 +272,7 @@ def test_flash_triton_benchmark_checks_correctness_on_the_cpu():
     if not pytest.importorskip("course_utils.reference.flash_triton").TRITON_AVAILABLE:
         pytest.skip("triton is not installed (it has wheels for Linux only)")
     from benchmarks.flash_triton import CONFIGS, bench_flash_triton, flash_triton_ratios, forward_flops, peak_tflops
+
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU: the section times the compiled kernel (make bench)")
     section = bench_flash_triton({"flash_triton": CONFIGS["cpu-quick"]}, "cpu", log=lambda *args: None)
@@ -243,31 +286,53 @@ def test_flash_triton_benchmark_checks_correctness_on_the_cpu():
 
 def test_flash_triton_benchmark_refuses_disagreeing_results():
     from benchmarks.flash_triton import check_correct
+
     wrong = lambda q, k, v, causal: (q, torch.zeros(q.shape[:-1]))  # noqa: E731 - returns q, not attention
     with pytest.raises(AssertionError, match="disagree"):
         check_correct(wrong, [(1, 1, 5, 16)], torch.float32, 1e-4)
-CONTEXT_PARALLEL = dict(context_parallel=dict(heads=4, world_sizes=[2, 4], seq_lens=[32], time_seq_len=32,
-                                              time_world_sizes=[1, 2], repeats=1, atol=1e-5, timeout_s=30))
+
+
+CONTEXT_PARALLEL = dict(
+    context_parallel=dict(
+        heads=4,
+        world_sizes=[2, 4],
+        seq_lens=[32],
+        time_seq_len=32,
+        time_world_sizes=[1, 2],
+        repeats=1,
+        atol=1e-5,
+        timeout_s=30,
+    )
+)
 
 
 def test_context_parallel_benchmark_counts_what_the_processes_send():
     from benchmarks.context_parallel import bench_context_parallel_bytes, bench_ring_step_time, context_parallel_ratios
+
     sent = bench_context_parallel_bytes(CONTEXT_PARALLEL, log=lambda *args: None)
     kv = 2 * 4 * 8 * 4  # K and V, 4 heads, head_dim 8, float32: bytes per token
     for world_size in (2, 4):
         entry = sent["results"][f"{world_size}x32"]
-        assert entry["ring"]["bytes_per_rank"] == entry["allgather"]["bytes_per_rank"] == (world_size - 1) * 32 // \
-            world_size * kv
-        assert entry["ulysses"]["bytes_per_rank"] == (world_size - 1) * 32 // world_size ** 2 * 2 * kv  # q,k,v,out
+        assert (
+            entry["ring"]["bytes_per_rank"]
+            == entry["allgather"]["bytes_per_rank"]
+            == (world_size - 1) * 32 // world_size * kv
+        )
+        assert entry["ulysses"]["bytes_per_rank"] == (world_size - 1) * 32 // world_size**2 * 2 * kv  # q,k,v,out
     steps = bench_ring_step_time(CONTEXT_PARALLEL, log=lambda *args: None)
     ratios = context_parallel_ratios({"cp_bytes": sent, "cp_ring_time": steps})
-    assert set(ratios) == {"cp_ring_vs_ulysses_bytes_2x32", "cp_ring_vs_ulysses_bytes_4x32",
-                           "cp_ring_step_vs_sdpa_time_1", "cp_ring_step_vs_sdpa_time_2"}
+    assert set(ratios) == {
+        "cp_ring_vs_ulysses_bytes_2x32",
+        "cp_ring_vs_ulysses_bytes_4x32",
+        "cp_ring_step_vs_sdpa_time_1",
+        "cp_ring_step_vs_sdpa_time_2",
+    }
     assert ratios["cp_ring_vs_ulysses_bytes_2x32"] == 1 and ratios["cp_ring_vs_ulysses_bytes_4x32"] == 2
 
 
 def test_context_parallel_benchmark_refuses_a_wrong_formula(monkeypatch):
     from benchmarks import context_parallel
+
     monkeypatch.setattr(context_parallel, "comm_bytes_per_rank", lambda *args, **kw: 1.0)
     with pytest.raises(AssertionError, match="the formula says 1.0"):
         context_parallel.bench_context_parallel_bytes(CONTEXT_PARALLEL, log=lambda *args: None)

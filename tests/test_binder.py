@@ -45,17 +45,23 @@ def test_repo2docker_build_plan_uses_the_binder_folder():
         pytest.skip("repo2docker reads the repository with git, which is not installed")
     if importlib.util.find_spec("repo2docker") is None:  # found, not imported: its import warns in this process
         pytest.skip("repo2docker is not installed (pip install -r requirements-test.txt)")
-    proc = subprocess.run([sys.executable, "-m", "repo2docker", "--no-build", "--no-run", "--debug", str(ROOT)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "repo2docker", "--no-build", "--no-run", "--debug", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     plan = proc.stdout + proc.stderr
     assert proc.returncode == 0, plan[-2000:]
     assert "Building conda environment for python=3.11" in plan
     assert 'pip install --no-cache-dir -r "binder/requirements.txt"' in plan
     assert "RUN ./binder/postBuild" in plan
-    assert plan.index("COPY --chown=0:0 src/ ${REPO_DIR}/") < plan.index('-r "binder/requirements.txt"'), \
+    assert plan.index("COPY --chown=0:0 src/ ${REPO_DIR}/") < plan.index('-r "binder/requirements.txt"'), (
         "pip runs before the repository is copied: -r ../requirements.txt would not be found"
-    assert "requirements.txt" not in re.sub(r"binder/requirements\.txt", "", plan.split("Copy stuff.")[0]), \
+    )
+    assert "requirements.txt" not in re.sub(r"binder/requirements\.txt", "", plan.split("Copy stuff.")[0]), (
         "repo2docker picked the top-level requirements.txt (CUDA torch) instead of binder/"
+    )
 
 
 def test_the_readmes_say_how_to_launch_on_binder():

@@ -15,16 +15,20 @@ Outcome, Learner = class_report.Outcome, class_report.Learner
 def _class():
     wrong = Outcome(1.0, 2, False, "scale_no_sqrt", "scores not divided by √d")
     other = Outcome(0.0, 2, False, "softmax_wrong_dim", "softmax over the queries")
-    return [Learner("alice.py", 3.0, {"mha": wrong, "gqa": Outcome(2, 2, True)}),
-            Learner("<script>alert(1)</script>.py", 9.0, {"mha": wrong}),
-            Learner("carol.py", 1.0, {"mha": other, "gqa": Outcome(2, 2, True)}),
-            Learner("dave.py", 0.5, {}, error="could not be read")]
+    return [
+        Learner("alice.py", 3.0, {"mha": wrong, "gqa": Outcome(2, 2, True)}),
+        Learner("<script>alert(1)</script>.py", 9.0, {"mha": wrong}),
+        Learner("carol.py", 1.0, {"mha": other, "gqa": Outcome(2, 2, True)}),
+        Learner("dave.py", 0.5, {}, error="could not be read"),
+    ]
 
 
 def test_mistakes_are_ranked_by_learners_and_name_who_shares_them():
     ranked = class_report.mistakes(_class())
-    assert [(ex, key, len(names)) for ex, key, _, names in ranked] == [("mha", "scale_no_sqrt", 2),
-                                                                       ("mha", "softmax_wrong_dim", 1)]
+    assert [(ex, key, len(names)) for ex, key, _, names in ranked] == [
+        ("mha", "scale_no_sqrt", 2),
+        ("mha", "softmax_wrong_dim", 1),
+    ]
     assert ranked[0][3] == ["<script>alert(1)</script>.py", "alice.py"]
 
 
@@ -73,6 +77,7 @@ def test_a_graded_folder_writes_the_class_report(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- progress
+
 
 def _result(exercise, passed, diagnosis=None, got=0, total=7):
     return Result(exercise, passed, got / total, got, total, diagnosis, [] if passed else ["wrong"])

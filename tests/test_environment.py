@@ -1,5 +1,6 @@
 """The pins in requirements.txt and requirements-test.txt (the sources of truth: the course, the test tools),
 environment.yml (both, for conda) and requirements-nbgrader.txt must agree."""
+
 import re
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def test_every_phony_make_target_has_a_rule():
 
 def test_installed_torch_is_the_pinned_one():
     import torch
+
     assert torch.__version__.split("+")[0] == pins(ROOT / "requirements.txt")["torch"]
 
 

@@ -5,6 +5,7 @@ typical wrong answer (its mistake named), and a correct answer in another style 
 mode also classes of other names and constructors). A few of the same tries in JupyterLab:
 tests/browser/test_exercises_in_lab.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,9 +53,13 @@ TRIES = {
     "paged_decode": _single(paged_decode),
 }
 # interview mode grades any class: the book's constructor under another name, and the dialects candidates bring
-INTERVIEW_STYLES = {"book_signature_named_MHA": implementations.REFERENCE["mha"].replace(
-    "class MultiHeadAttention(", "class MHA("), **{name: DIALECTS[name][0] for name in (
-        "causal_self_attention", "nanogpt_config", "with_helpers", "multi_headed_attention")}}
+INTERVIEW_STYLES = {
+    "book_signature_named_MHA": implementations.REFERENCE["mha"].replace("class MultiHeadAttention(", "class MHA("),
+    **{
+        name: DIALECTS[name][0]
+        for name in ("causal_self_attention", "nanogpt_config", "with_helpers", "multi_headed_attention")
+    },
+}
 
 
 def _cells(notebook: Path) -> list[dict]:
@@ -147,6 +152,7 @@ def test_interview_follow_ups_find_classes_of_other_names():
     fresh = {"__name__": "__main__"}
     exec(mha, fresh)
     from course_utils.grade import check
+
     assert check("kv_cache", fresh, quiet=True).diagnosis == "not_implemented"  # the MHA is no follow-up
 
 
@@ -157,8 +163,10 @@ def test_a_chinese_learner_reads_the_verdict_in_chinese(monkeypatch):
     assert kernel["result"].diagnosis == key and printed.startswith("❌ mha：7 项检查通过了"), printed
 
 
-@pytest.mark.skipif(__import__("course_utils.grade.jail", fromlist=["probe"]).probe() is not None,
-                    reason="no sandbox here (bubblewrap): the file grader's side is not run")
+@pytest.mark.skipif(
+    __import__("course_utils.grade.jail", fromlist=["probe"]).probe() is not None,
+    reason="no sandbox here (bubblewrap): the file grader's side is not run",
+)
 @pytest.mark.parametrize("style", ["causal_self_attention", "with_follow_ups"])
 def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
     """The same notebook, answered the same way, graded as a file (make grade, in the sandbox): the same verdicts
@@ -166,9 +174,14 @@ def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
     from course_utils.grade import runner
 
     mha = INTERVIEW_STYLES["book_signature_named_MHA" if style == "with_follow_ups" else style]
-    answers = [mha] + ([implementations.REFERENCE["kv_cache"].replace("CachedMultiHeadAttention(", "MyKVCache("),
-                        implementations.REFERENCE["gqa"].replace("GroupedQueryAttention(", "MyGQA(")]
-                       if style == "with_follow_ups" else [])
+    answers = [mha] + (
+        [
+            implementations.REFERENCE["kv_cache"].replace("CachedMultiHeadAttention(", "MyKVCache("),
+            implementations.REFERENCE["gqa"].replace("GroupedQueryAttention(", "MyGQA("),
+        ]
+        if style == "with_follow_ups"
+        else []
+    )
     nb = json.loads(INTERVIEW.read_text(encoding="utf-8"))
     solution_cells = [c for c in nb["cells"] if _nbgrader(c).get("solution")]
     for cell, answer in zip(solution_cells, answers, strict=False):
@@ -176,8 +189,9 @@ def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
     path = tmp_path / INTERVIEW.name
     path.write_text(json.dumps(nb), encoding="utf-8")
     classes = ("mha_interview", "kv_cache", "gqa")  # the numbers' answers are counted per question in a file
-    in_file = {r.exercise: (r.passed, r.checks_passed) for r in runner.grade_file(path).results
-               if r.exercise in classes}
+    in_file = {
+        r.exercise: (r.passed, r.checks_passed) for r in runner.grade_file(path).results if r.exercise in classes
+    }
     kernel, in_kernel = {"__name__": "__main__"}, {}
     for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
         with contextlib.redirect_stdout(io.StringIO()):

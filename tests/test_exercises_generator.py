@@ -1,4 +1,5 @@
 """The exercise generator (authoring.exercises) and the nbgrader layout of the solution notebooks."""
+
 import json
 import re
 from pathlib import Path
@@ -18,8 +19,14 @@ CHECK_CALL = re.compile(r'check\("(\w+)",|check_answers\(')
 
 
 def nbgrader(grade_id, *, grade=False, solution=False, locked=True, points=None):
-    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution,
-            "task": False}
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
     if points is not None:
         meta["points"] = points
     return {"nbgrader": meta}
@@ -43,13 +50,17 @@ assert result
 
 def tiny_notebook():
     setup = new_code_cell("import torch", id="setup", metadata=nbgrader("setup"), execution_count=1)
-    sol = new_code_cell(SOLUTION_SRC, id="solution", metadata=nbgrader("solution", solution=True, locked=False),
-                        execution_count=2)
+    sol = new_code_cell(
+        SOLUTION_SRC, id="solution", metadata=nbgrader("solution", solution=True, locked=False), execution_count=2
+    )
     chk = new_code_cell(CHECK_SRC, id="check", metadata=nbgrader("check", grade=True, points=2), execution_count=3)
     chk.outputs = [new_output("stream", name="stdout", text="ok\n")]
     chk.metadata["execution"] = {"iopub.status.busy": "2020-01-01T00:00:00Z"}
-    prose = new_markdown_cell("Explain:\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", id="prose",
-                              metadata=nbgrader("prose", solution=True, locked=False))
+    prose = new_markdown_cell(
+        "Explain:\n### BEGIN SOLUTION\nsecret\n### END SOLUTION",
+        id="prose",
+        metadata=nbgrader("prose", solution=True, locked=False),
+    )
     metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}}
     nb = new_notebook(cells=[setup, sol, chk, prose], metadata=metadata)
     return nbformat.from_dict(json.loads(json.dumps(nb)))
@@ -87,11 +98,14 @@ def test_hidden_tests_removed_outputs_cleared_ids_and_metadata_kept():
     assert nb.cells[2].outputs, "make_exercise must not modify its input"
 
 
-@pytest.mark.parametrize("source, message", [
-    ("### BEGIN SOLUTION\nx = 1", "never closed"),
-    ("x = 1\n### END SOLUTION", "without"),
-    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n### END SOLUTION", "inside another region"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("### BEGIN SOLUTION\nx = 1", "never closed"),
+        ("x = 1\n### END SOLUTION", "without"),
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n### END SOLUTION", "inside another region"),
+    ],
+)
 def test_unbalanced_markers_are_a_clear_error(source, message):
     nb = tiny_notebook()
     nb.cells[1].source = source
@@ -171,8 +185,11 @@ def test_every_exercise_id_has_one_notebook():
     assert sorted(ids) == sorted(EXERCISE_IDS)
 
 
-@pytest.mark.parametrize("path", solution_notebooks() + solution_notebooks(zh=True),
-                         ids=lambda p: str(p.relative_to(SOLUTIONS).with_suffix("")))
+@pytest.mark.parametrize(
+    "path",
+    solution_notebooks() + solution_notebooks(zh=True),
+    ids=lambda p: str(p.relative_to(SOLUTIONS).with_suffix("")),
+)
 def test_solution_notebook_layout(path):
     nb = nbformat.read(str(path), as_version=4)
     nbformat.validate(nb)
@@ -199,8 +216,9 @@ def test_solution_notebook_layout(path):
             # for nbgrader, in hidden tests: warnings cannot zero the cell (anything on stderr scores 0), and the
             # cell's value is its partial credit, the share of checks passed times the cell's points
             points = meta["points"]
-            assert re.search(r'^warnings\.simplefilter\("ignore"\).*\n(.*\n)*result = check(_answers)?\(', cell.source,
-                             re.M), cell.id
+            assert re.search(
+                r'^warnings\.simplefilter\("ignore"\).*\n(.*\n)*result = check(_answers)?\(', cell.source, re.M
+            ), cell.id
             assert re.search(rf"^round\(result\.score \* {points}, 2\)", cell.source, re.M), cell.id
             values = [o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result"]
             assert values == [f"{float(points)}"], f"{path.name}: the solution's check cell must be worth {points}"
@@ -210,6 +228,5 @@ def test_solution_notebook_layout(path):
             assert meta["locked"] and not meta["solution"], cell.id
     interview = "mha_interview" in checks[0].source
     assert len(checks) == 1 or interview  # interview mode has follow-ups, each with its own check
-    has_skeleton = any(gen.BEGIN_SOLUTION in c.source and not c.source.startswith(gen.BEGIN_SOLUTION)
-                       for c in nb.cells)
+    has_skeleton = any(gen.BEGIN_SOLUTION in c.source and not c.source.startswith(gen.BEGIN_SOLUTION) for c in nb.cells)
     assert has_skeleton != interview, "exercises have a skeleton; interview mode only an empty cell"

@@ -1,6 +1,7 @@
 """Execute the solution notebooks (every self-check passes, in Chinese for the Chinese twins) and the generated
 exercises (every self-check says "not implemented yet", and nothing crashes). One class per folder, so that
 pytest-xdist's loadscope runs them in parallel."""
+
 import re
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def assert_clean(nb, name):
         for out in cell.get("outputs", []):
             assert out.output_type != "error", f"{name}, cell {cell.id!r} raised {out.ename}: {out.evalue}"
             assert not (out.output_type == "stream" and out.name == "stderr"), (
-                f"{name}, cell {cell.id!r} wrote to stderr: {out.text}")
+                f"{name}, cell {cell.id!r} wrote to stderr: {out.text}"
+            )
 
 
 def notebooks(folder):
@@ -51,7 +53,8 @@ def _solution_passes_its_self_check(path, lang):
         found = re.search(r'check\("(\w+)"', cell.source)
         exercise_id = found.group(1) if found else "interview_numbers"  # check_answers({...})
         assert re.search(PASSED[lang].format(id=exercise_id), stdout(cell)), (
-            f"{path.name}: the solution does not pass its self-check:\n{stdout(cell)}")
+            f"{path.name}: the solution does not pass its self-check:\n{stdout(cell)}"
+        )
 
 
 class TestSolutions:
@@ -62,6 +65,7 @@ class TestSolutions:
 
 class TestChineseSolutions:
     """The same code in solutions/zh-CN: run in its folder, the self-check passes and says so in Chinese."""
+
     @pytest.mark.parametrize("path", notebooks("solutions/zh-CN"), ids=lambda p: p.stem)
     def test_solution_passes_its_self_check_in_chinese(self, path):
         _solution_passes_its_self_check(path, "zh")

@@ -2,6 +2,7 @@
 with its defect and passes the same figure made right. The notebooks' own figures are checked where they are drawn:
 tests/conftest.py sets ATTN_CHECK_FIGURES=1 for runs with --nbval, so nbval fails at a cell whose figure has a
 problem (the same run that compares the notebooks' outputs, so no notebook is executed twice)."""
+
 import matplotlib
 
 matplotlib.use("Agg")

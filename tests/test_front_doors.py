@@ -1,6 +1,7 @@
 """What a new learner reads first says what is true: how long the course takes (the path table's times, summed),
 how many notebooks there are, what the first `make setup` downloads, and a verdict that reads without an emoji font
 (✅ and ❌ render as boxes there: the words around them must carry the verdict)."""
+
 from __future__ import annotations
 
 import re
@@ -59,14 +60,14 @@ def test_make_setup_says_what_it_downloads_and_shows_pips_progress():
     silenced (-q) while it downloads."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     for stamp in ("$(COURSE_STAMP):", "$(STAMP):"):
-        recipe = makefile[makefile.index("\n" + stamp):].split("\n\n")[0]
+        recipe = makefile[makefile.index("\n" + stamp) :].split("\n\n")[0]
         installs = [line for line in recipe.splitlines() if "pip install" in line and "echo" not in line]
         assert installs, stamp
         for line in installs:
             if "--no-deps -e ." in line:  # the course's own folder: nothing to download
                 continue
             assert " -q" not in line, f"{stamp} silences pip: {line.strip()}"
-            before = recipe[:recipe.index(line)]
+            before = recipe[: recipe.index(line)]
             announced = [e for e in re.findall(r'echo "(== [^"]*)"', before)]
             assert announced and re.search(r"\d+ [MG]B", announced[-1]), f"no size said before: {line.strip()}"
 

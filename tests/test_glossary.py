@@ -7,6 +7,7 @@ Its tables have the columns | English | 中文 | first met in | short note (中�
 (d) a README or a notebook (English or its zh-CN twin, exercises included) does not link to it in its first cell.
 Plain text and JSON only: no torch, well under a second.
 """
+
 import json
 import re
 from pathlib import Path
@@ -66,8 +67,11 @@ def _norm_zh(text: str) -> str:
 
 def _english_markdown(path: Path) -> str:
     nb = json.loads(path.read_text(encoding="utf-8"))
-    return "\n\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                       for c in nb["cells"] if c["cell_type"] == "markdown")
+    return "\n\n".join(
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown"
+    )
 
 
 def test_glossary_tables_are_well_formed():
@@ -116,8 +120,9 @@ def test_every_key_term_of_the_notebooks_index_is_in_the_glossary():
     items = readme_key_terms()
     assert len(items) >= 30, "notebooks/README.md's table lost its 'key terms' column?"
     missing = [f"notebook {nb}: {item}" for nb, item in items if not _pair_in_glossary(item)]
-    assert not missing, f"key terms of notebooks/README.md without a matching row in {GLOSSARY.name}:\n" + \
-        "\n".join(missing)
+    assert not missing, f"key terms of notebooks/README.md without a matching row in {GLOSSARY.name}:\n" + "\n".join(
+        missing
+    )
 
 
 ENGLISH_NOTEBOOKS = sorted(p for folder in ("notebooks", "solutions") for p in (ROOT / folder).glob("*.ipynb"))
@@ -131,9 +136,11 @@ def test_every_chinese_term_in_the_english_notebooks_is_in_the_glossary():
         for run in CJK_RUN.findall(text):
             if run not in NOT_TERMS and run not in chinese:
                 missing.setdefault(run, []).append(str(path.relative_to(ROOT)))
-    assert not missing, f"Chinese terms written in English notebooks but in no 中文 cell of {GLOSSARY.name} " \
-        "(add a row, or to NOT_TERMS if it is not a term):\n" + \
-        "\n".join(f"{run}: {', '.join(sorted(set(where)))}" for run, where in sorted(missing.items()))
+    assert not missing, (
+        f"Chinese terms written in English notebooks but in no 中文 cell of {GLOSSARY.name} "
+        "(add a row, or to NOT_TERMS if it is not a term):\n"
+        + "\n".join(f"{run}: {', '.join(sorted(set(where)))}" for run, where in sorted(missing.items()))
+    )
 
 
 def test_every_first_met_in_link_exists():
@@ -180,7 +187,9 @@ def test_every_notebook_links_the_glossary_in_its_first_cell():
         if not named:
             bad.append(f"{path.relative_to(ROOT)}: its first cell does not link docs/glossary.md")
         elif not resolves and not untranslated:
-            bad.append(f"{path.relative_to(ROOT)}: its first cell's glossary link does not lead to docs/glossary.md "
-                       "from its folder (from a zh-CN folder: ../../docs/glossary.md)")
+            bad.append(
+                f"{path.relative_to(ROOT)}: its first cell's glossary link does not lead to docs/glossary.md "
+                "from its folder (from a zh-CN folder: ../../docs/glossary.md)"
+            )
     hint = "\n(exercises/ out of date? `make exercises`; twins: `make twins`)" if bad else ""
     assert not bad, "\n".join(bad) + hint

@@ -1,5 +1,6 @@
 """The capstone's GPT: shapes, KV-cached generation equals recomputation, SDPA equals the reference path,
 checkpoints, head ablation, K/V mean-pooling, and clear errors for bad input."""
+
 import re
 
 import pytest
@@ -23,10 +24,13 @@ def tokens(batch=2, num=7, seed=0):
     return torch.randint(0, V, (batch, num), generator=torch.Generator().manual_seed(seed))
 
 
-ARCHS = [pytest.param({}, id="attention-only-mha"), pytest.param({"n_kv_groups": 2}, id="gqa"),
-         pytest.param({"n_kv_groups": 1, "mlp_hidden": 16}, id="mqa-mlp"),
-         pytest.param({"n_layers": 3, "mlp_hidden": 32, "qkv_bias": True}, id="3-layers-mlp-bias"),
-         pytest.param({"positions": "none"}, id="no-positions")]
+ARCHS = [
+    pytest.param({}, id="attention-only-mha"),
+    pytest.param({"n_kv_groups": 2}, id="gqa"),
+    pytest.param({"n_kv_groups": 1, "mlp_hidden": 16}, id="mqa-mlp"),
+    pytest.param({"n_layers": 3, "mlp_hidden": 32, "qkv_bias": True}, id="3-layers-mlp-bias"),
+    pytest.param({"positions": "none"}, id="no-positions"),
+]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -51,7 +55,7 @@ def test_cached_forward_equals_full_forward(arch, chunks, preallocate, randomize
     caches = model.make_caches(2, preallocate=preallocate, max_len=sum(chunks))
     outs, start = [], 0
     for n in chunks:
-        outs.append(model(idx[:, start:start + n], caches))
+        outs.append(model(idx[:, start : start + n], caches))
         start += n
     close(torch.cat(outs, dim=1), model(idx))
     assert [c.seq_len for c in caches] == [start] * model.config.n_layers
@@ -65,8 +69,10 @@ def test_cached_generate_equals_uncached(arch, cache, randomize):
     greedy = model.generate(prompt, 9, cache=None)
     assert greedy.shape == (2, CTX) and torch.equal(greedy[:, :3], prompt)
     assert torch.equal(model.generate(prompt, 9, cache=cache), greedy)
-    sampled = [model.generate(prompt, 9, temperature=1.5, top_k=5, cache=c,
-                              generator=torch.Generator().manual_seed(7)) for c in (None, cache)]
+    sampled = [
+        model.generate(prompt, 9, temperature=1.5, top_k=5, cache=c, generator=torch.Generator().manual_seed(7))
+        for c in (None, cache)
+    ]
     assert torch.equal(*sampled)
     assert torch.equal(model.generate(prompt, 9, temperature=0.7, top_k=1, cache=cache), greedy)  # top-1 = argmax
 
@@ -115,7 +121,7 @@ def test_ablating_a_head_zeroes_its_slice_of_out_proj(randomize, close):
     idx = tokens()
     by_weights = make_like(model)
     with torch.no_grad():
-        by_weights.blocks[1].attn.out_proj.weight[:, 2 * 4:3 * 4] = 0.0  # head 2 of 6, head_dim 4
+        by_weights.blocks[1].attn.out_proj.weight[:, 2 * 4 : 3 * 4] = 0.0  # head 2 of 6, head_dim 4
     with ablate_heads(model, [(1, 2)]):
         close(model(idx), by_weights(idx))
     close(model(idx), make_like(model)(idx))  # the hook is gone
@@ -133,8 +139,8 @@ def test_mean_ablation_replaces_a_head_by_a_value_through_out_proj(randomize, cl
     by_bias = make_like(model)  # a constant head output is a constant added by out_proj: fold it into the bias
     with torch.no_grad():
         out_proj = by_bias.blocks[1].attn.out_proj
-        out_proj.bias += out_proj.weight[:, 2 * 4:3 * 4] @ mean
-        out_proj.weight[:, 2 * 4:3 * 4] = 0.0
+        out_proj.bias += out_proj.weight[:, 2 * 4 : 3 * 4] @ mean
+        out_proj.weight[:, 2 * 4 : 3 * 4] = 0.0
     with ablate_heads(model, [(1, 2)], replace_with={(1, 2): mean}):
         close(model(idx), by_bias(idx))
     with ablate_heads(model, [(1, 2)], replace_with={(1, 2): outputs[1][:, :, 2]}):  # its own output: no change
@@ -175,18 +181,22 @@ def test_context_overflow():
     model(tokens(1, 10), caches)
     with pytest.raises(ValueError, match=re.escape("10 cached + 3 tokens exceed context_length=12")):
         model(tokens(1, 3), caches)
-    with pytest.raises(ValueError, match=re.escape("prompt of 5 tokens + max_new_tokens=8 = 13 exceed "
-                                                   "context_length=12")):
+    with pytest.raises(
+        ValueError, match=re.escape("prompt of 5 tokens + max_new_tokens=8 = 13 exceed context_length=12")
+    ):
         model.generate(tokens(1, 5), 8)
 
 
-@pytest.mark.parametrize("bad,message", [
-    (torch.tensor([1, 2, 3]), "add a batch axis"),
-    (torch.ones(1, 3), "integer token ids"),
-    (torch.tensor([[1, V]]), f"token ids must lie in [0, {V - 1}], got [1, {V}]"),
-    (torch.zeros(1, 0, dtype=torch.long), "no tokens"),
-    ([[1, 2]], "must be a (batch, num_tokens) tensor"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (torch.tensor([1, 2, 3]), "add a batch axis"),
+        (torch.ones(1, 3), "integer token ids"),
+        (torch.tensor([[1, V]]), f"token ids must lie in [0, {V - 1}], got [1, {V}]"),
+        (torch.zeros(1, 0, dtype=torch.long), "no tokens"),
+        ([[1, 2]], "must be a (batch, num_tokens) tensor"),
+    ],
+)
 def test_bad_token_ids(bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()(bad)
@@ -194,10 +204,12 @@ def test_bad_token_ids(bad, message):
 
 def test_bad_generate_arguments():
     model = make()
-    for kwargs, message in [({"temperature": -1.0}, "temperature must be >= 0"),
-                            ({"top_k": 0}, "top_k must lie in [1, vocab_size=11]"),
-                            ({"cache": "static"}, "cache must be 'growing', 'preallocated' or None"),
-                            ({"max_new_tokens": -1}, "max_new_tokens must be a non-negative int")]:
+    for kwargs, message in [
+        ({"temperature": -1.0}, "temperature must be >= 0"),
+        ({"top_k": 0}, "top_k must lie in [1, vocab_size=11]"),
+        ({"cache": "static"}, "cache must be 'growing', 'preallocated' or None"),
+        ({"max_new_tokens": -1}, "max_new_tokens must be a non-negative int"),
+    ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             model.generate(tokens(1, 2), **{"max_new_tokens": 2, **kwargs})
 

@@ -1,6 +1,7 @@
 """The grader attacked as a hostile class would attack it, on a throw-away copy of the project (never the
 working tree): escapes from the sandbox, forged verdicts, batch-breaking files, interview-mode dodges, and
 odd-but-correct submissions that must still pass. One batch of them, graded as an instructor would."""
+
 import csv
 import hashlib
 import os
@@ -21,8 +22,11 @@ pytestmark = pytest.mark.requires_sandbox
 
 
 def tree_hashes(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def processes_named(name: str) -> list:
@@ -53,8 +57,14 @@ def attacked(tmp_path_factory):
     server.listen(8)
     connections = []
     threading.Thread(target=lambda: connections.append(server.accept()), daemon=True).start()
-    fill = {"victim": str(victim), "project": str(project), "out": str(out), "marker": str(marker),
-            "port": server.getsockname()[1], "grader_uid": os.getuid()}
+    fill = {
+        "victim": str(victim),
+        "project": str(project),
+        "out": str(out),
+        "marker": str(marker),
+        "port": server.getsockname()[1],
+        "grader_uid": os.getuid(),
+    }
     files = {name: attacks.oracle(code.format(**fill)) for name, code in attacks.ESCAPES.items()}
     files["daemon.py"] = attacks.DAEMON.format(**fill)
     files["fork_forever.py"] = attacks.FORK_FOREVER
@@ -69,16 +79,32 @@ def attacked(tmp_path_factory):
     before = tree_hashes(project), tree_hashes(subs)
     start = time.monotonic()
     # the default 10 s per cell: room for a correct class's grading on a busy machine (3 s was not always enough)
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out", str(out),
-                           "--timeout", "60"], cwd=project, capture_output=True,
-                          text=True, timeout=600, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out", str(out), "--timeout", "60"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     seconds = time.monotonic() - start
     rows = {r["learner"]: r for r in csv.DictReader(open(out / "grades.csv", encoding="utf-8"))}
     csv_after_batch = (out / "grades.csv").read_bytes()
     time.sleep(3)  # give a daemon the time it asked for
     server.close()
-    return dict(proc=proc, rows=rows, out=out, subs=subs, project=project, before=before, marker=marker,
-                csv_after_batch=csv_after_batch, connections=connections, seconds=seconds, files=files)
+    return dict(
+        proc=proc,
+        rows=rows,
+        out=out,
+        subs=subs,
+        project=project,
+        before=before,
+        marker=marker,
+        csv_after_batch=csv_after_batch,
+        connections=connections,
+        seconds=seconds,
+        files=files,
+    )
 
 
 def test_batch_finishes_with_a_row_for_every_submission(attacked):
@@ -108,10 +134,10 @@ def test_escape_fails(attacked, name):
 
 def test_escapes_leave_no_trace(attacked):
     assert tree_hashes(attacked["project"]) == attacked["before"][0]  # the grader's own files
-    assert tree_hashes(attacked["subs"]) == attacked["before"][1]     # every submission, the victim's too
+    assert tree_hashes(attacked["subs"]) == attacked["before"][1]  # every submission, the victim's too
     assert attacked["rows"]["victim.py"]["status"] == "passed"
-    assert not attacked["connections"]                                # no network
-    assert not attacked["marker"].exists()                            # the daemon died with its sandbox
+    assert not attacked["connections"]  # no network
+    assert not attacked["marker"].exists()  # the daemon died with its sandbox
     assert (attacked["out"] / "grades.csv").read_bytes() == attacked["csv_after_batch"]
     assert "scale_d_out" in attacked["rows"]["daemon.py"]["key"]
     assert attacked["rows"]["fork_forever.py"]["status"] == "passed"  # its forked child is simply killed
@@ -147,9 +173,23 @@ def test_interview_mode_in_a_batch(tmp_path):
     subs.mkdir()
     for name, text in attacks.INTERVIEW.items():
         (subs / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out",
-                           str(tmp_path / "g"), "--exercise", "mha_interview"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            "--batch",
+            str(subs),
+            "--out",
+            str(tmp_path / "g"),
+            "--exercise",
+            "mha_interview",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rows = {r["learner"]: r for r in csv.DictReader(open(tmp_path / "g" / "grades.csv", encoding="utf-8"))}
     assert proc.returncode == 1, proc.stderr
     assert rows["by_hand.py"]["status"] == "passed"
@@ -173,10 +213,17 @@ def test_the_capstones_model_sandbox_serves_no_other_exercise(tmp_path):
         "    return importlib.import_module('course_' + 'utils.multihead') and (1, 0)\n\n"
         "from course_utils.grade import check\n"
         "check('gqa', GroupedQueryAttention)\n"
-        "check('induction_head', find_induction_head)\n")
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--json", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+        "check('induction_head', find_induction_head)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", "--json", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     import json
+
     results = {r["exercise"]: r for r in json.loads(proc.stdout)["results"]}
     assert not results["gqa"]["passed"] and results["gqa"]["score"] == 0, results["gqa"]
     assert "induction_head" in results  # graded, in its own sandbox, where the import works

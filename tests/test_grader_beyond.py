@@ -56,9 +56,11 @@ def _mutant_source(exercise, edits):
     return edits if isinstance(edits, str) else mutate(REFERENCE[exercise], edits)
 
 
-@pytest.mark.parametrize("exercise,key,edits",
-                         [(ex, key, edits) for ex in BEYOND for key, edits in MUTANTS[ex]],
-                         ids=[f"{ex}-{key}-{i}" for ex in BEYOND for i, (key, _) in enumerate(MUTANTS[ex])])
+@pytest.mark.parametrize(
+    "exercise,key,edits",
+    [(ex, key, edits) for ex in BEYOND for key, edits in MUTANTS[ex]],
+    ids=[f"{ex}-{key}-{i}" for ex in BEYOND for i, (key, _) in enumerate(MUTANTS[ex])],
+)
 def test_mutant_gets_its_diagnosis(exercise, key, edits):
     result = grade(exercise, _mutant_source(exercise, edits))
     assert not result and result.diagnosis == key, result.report()
@@ -71,20 +73,40 @@ def test_catalogue_sizes():
         assert len({m.key for m in get(ex).mutants()}) >= 5, ex
     # the mistakes the issue asks for are all named
     keys = {ex: {m.key for m in get(ex).mutants()} for ex in BEYOND}
-    assert {"rope_on_values", "rope_positions_restart", "rope_interleaved_pairs", "rope_freq_d_model",
-            "rope_after_cache"} <= keys["rope"]
-    assert {"max_not_updated", "output_not_rescaled", "sum_not_rescaled", "causal_blocks_skipped_wrongly",
-            "divided_too_early"} <= keys["online_softmax"]
+    assert {
+        "rope_on_values",
+        "rope_positions_restart",
+        "rope_interleaved_pairs",
+        "rope_freq_d_model",
+        "rope_after_cache",
+    } <= keys["rope"]
+    assert {
+        "max_not_updated",
+        "output_not_rescaled",
+        "sum_not_rescaled",
+        "causal_blocks_skipped_wrongly",
+        "divided_too_early",
+    } <= keys["online_softmax"]
     assert {"mla_cache_up_projected", "mla_rope_on_compressed_key", "mla_absorb_wrong_transpose"} <= keys["mla"]
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
 
+
 def test_rope_reference_equals_course_utils():
     for case in get("rope").make_cases():
         c = case.ctor
-        m = cu.GroupedQueryAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
-                                     c["num_heads"], c["qkv_bias"], rope=True, rope_base=c["rope_base"]).eval()
+        m = cu.GroupedQueryAttention(
+            c["d_in"],
+            c["d_out"],
+            c["context_length"],
+            c["dropout"],
+            c["num_heads"],
+            c["num_heads"],
+            c["qkv_bias"],
+            rope=True,
+            rope_base=c["rope_base"],
+        ).eval()
         m.load_state_dict(case.params, strict=False)  # parameters only; the mask buffer is the module's own
         expected = get("rope").expected(case, get("rope").correct)
         cache = m.make_cache(case.x.shape[0])
@@ -113,8 +135,9 @@ def test_online_softmax_reference_equals_course_utils():
 def test_mla_reference_equals_course_utils():
     for case in get("mla").make_cases():
         c = case.ctor
-        m = cu.MultiHeadLatentAttention(c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"],
-                                        c["kv_latent_dim"], c["rope_dim"]).eval()
+        m = cu.MultiHeadLatentAttention(
+            c["d_in"], c["d_out"], c["context_length"], c["dropout"], c["num_heads"], c["kv_latent_dim"], c["rope_dim"]
+        ).eval()
         m.load_state_dict(case.params, strict=False)
         expected = get("mla").expected(case, get("mla").correct)
         cache = m.make_cache(case.x.shape[0])
@@ -134,9 +157,10 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
     assert not refused and refused.diagnosis == "delegates", refused.report()
     refused = grade_class("mla", cu.MultiHeadLatentAttention)
     assert not refused and refused.diagnosis == "delegates"
-    src = REFERENCE["rope"].replace("return x * angles.cos() + turned * angles.sin()",
-                                    "import course_utils\n"
-                                    "        return course_utils.rope(x, positions, self.rope_base)")
+    src = REFERENCE["rope"].replace(
+        "return x * angles.cos() + turned * angles.sin()",
+        "import course_utils\n        return course_utils.rope(x, positions, self.rope_base)",
+    )
     refused = grade("rope", src)
     assert not refused and refused.diagnosis == "delegates" and "course_utils.rotary.rope" in refused.report()
 

@@ -1,6 +1,7 @@
 """The grader of the capstone's function exercise (find the induction head): the cases are built right, the
 reference and alternative solutions pass, the stub is "not implemented yet", each known mistake gets its own
 diagnosis, delegation gets no credit, and the sandboxed CLI path grades a .py submission."""
+
 import linecache
 import subprocess
 import sys
@@ -104,15 +105,21 @@ def test_not_a_function():
 
 
 def test_the_exercise_is_found_by_check_call_and_by_function_name():
-    assert source.find_exercises([{"index": 0, "grade_id": None,
-                                   "source": 'check("induction_head", find_induction_head)'}]) == [EX]
+    assert source.find_exercises(
+        [{"index": 0, "grade_id": None, "source": 'check("induction_head", find_induction_head)'}]
+    ) == [EX]
     assert source.find_exercises([{"index": 0, "grade_id": None, "source": STUB}]) == [EX]
 
 
 def test_sandboxed_cli_names_the_mistake(tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text(mutate(REFERENCE, MUTANTS[0][1]))
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--json", str(wrong)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", "--json", str(wrong)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     assert '"diagnosis": "previous_token_head"' in proc.stdout, proc.stdout

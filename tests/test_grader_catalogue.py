@@ -39,14 +39,19 @@ def test_stub_is_not_implemented(exercise, stub):
     assert "not implemented yet" in result.summary and "Traceback" not in result.report()
 
 
-@pytest.mark.parametrize("exercise,key,edits",
-                         [(ex, key, edits) for ex in EXERCISES for key, edits in MUTANTS[ex]],
-                         ids=[f"{ex}-{key}-{i}" for ex in EXERCISES for i, (key, _) in enumerate(MUTANTS[ex])])
+@pytest.mark.parametrize(
+    "exercise,key,edits",
+    [(ex, key, edits) for ex in EXERCISES for key, edits in MUTANTS[ex]],
+    ids=[f"{ex}-{key}-{i}" for ex in EXERCISES for i, (key, _) in enumerate(MUTANTS[ex])],
+)
 def test_mutant_gets_its_diagnosis(exercise, key, edits):
     result = grade(exercise, mutate(REFERENCE[exercise], edits))
     assert not result and result.diagnosis == key, result.report()
-    named = get(exercise).mutants() + diagnose.mutant_pairs(get(exercise).mutants(), get(exercise).correct) + [
-        Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
+    named = (
+        get(exercise).mutants()
+        + diagnose.mutant_pairs(get(exercise).mutants(), get(exercise).correct)
+        + [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
+    )
     messages = [m.message for m in named if m.key == key]
     assert any(message in result.report() for message in messages)
 
@@ -57,9 +62,16 @@ def test_catalogue_sizes():
         assert len({k for k, _ in MUTANTS[ex]}) >= minimum.get(ex, 3), ex
 
 
-@pytest.mark.parametrize("exercise,cls", [("self_attention", cu.SelfAttention_v2), ("causal", cu.CausalAttention),
-                                          ("wrapper", cu.MultiHeadAttentionWrapper), ("mha", cu.MultiHeadAttention),
-                                          ("gqa", cu.GroupedQueryAttention)])
+@pytest.mark.parametrize(
+    "exercise,cls",
+    [
+        ("self_attention", cu.SelfAttention_v2),
+        ("causal", cu.CausalAttention),
+        ("wrapper", cu.MultiHeadAttentionWrapper),
+        ("mha", cu.MultiHeadAttention),
+        ("gqa", cu.GroupedQueryAttention),
+    ],
+)
 def test_grader_reference_equals_course_utils(exercise, cls):
     """The grader's functional reference computes what course_utils' checked modules compute."""
     graded = Graded(exercise)

@@ -1,5 +1,6 @@
 """The CLI in subprocesses: exit codes, --json, a self-check of one file with and without a sandbox, and the
 refusal to grade a folder of strangers' code without one. The hostile batch is in test_grader_attacks.py."""
+
 import json
 import os
 import subprocess
@@ -16,8 +17,14 @@ WRONG = mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / mat
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "course_utils.grade", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_single_file_json_and_exit_codes(tmp_path):

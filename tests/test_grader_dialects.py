@@ -1,5 +1,6 @@
 """Interview mode in the candidate's own dialect: seven styles written as candidates write them pass, and each
 fails with the right name for two mistakes; the feedback says which dialect and mask convention it assumed."""
+
 import pytest
 
 from course_utils.grade import grade_class
@@ -41,8 +42,10 @@ def test_assumed_mask_conventions():
 
 
 def test_unmappable_class_lists_what_is_accepted():
-    src = ("import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, size, foo):\n"
-           "        super().__init__()\n")
+    src = (
+        "import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, size, foo):\n"
+        "        super().__init__()\n"
+    )
     result = grade_class("mha_interview", load(src))
     assert result.diagnosis == "contract" and "interview mode accepts" in result.report()
     report = result.report()

@@ -45,6 +45,7 @@ def _named(result, key, exercise):
 
 # --------------------------------------------------------------------------------------- every dodge is named
 
+
 @pytest.mark.parametrize("name", list(fc.DODGES))
 def test_dodge_gets_its_diagnosis(name):
     exercise, src, key = fc.DODGES[name]
@@ -61,6 +62,7 @@ def test_honest_implementation_passes(name):
 
 
 # --------------------------------------------------------------------------------------- a past not its own
+
 
 @pytest.mark.parametrize("exercise,forward", [("rope", rope_forward), ("mla", mla_forward)])
 def test_a_case_hands_in_a_past_the_module_did_not_produce(exercise, forward):
@@ -81,6 +83,7 @@ def test_a_case_hands_in_a_past_the_module_did_not_produce(exercise, forward):
 
 # --------------------------------------------------------------------------------------- MLA's absorbed path
 
+
 def test_the_absorbed_bound_sits_between_the_latents_and_per_head_keys():
     """The bound is below the per-head keys of every token seen and above every parameter and latent tensor."""
     case = next(c for c in get("mla").make_cases(seed=3) if any(call.tile_bound for call in c.calls))
@@ -99,6 +102,7 @@ def test_the_absorbed_bound_sits_between_the_latents_and_per_head_keys():
 
 # --------------------------------------------------------------------------------------- the online softmax
 
+
 def test_peak_memory_sees_numpy_and_other_threads():
     """The measure is the kernel's: 32 MiB written by NumPy in another thread count, a few small tensors do not."""
     import threading
@@ -111,7 +115,7 @@ def test_peak_memory_sees_numpy_and_other_threads():
         t.join()
     if idle.rise is None:
         pytest.skip("no /proc/self/clear_refs here: the peak cannot be reset")
-    assert idle.rise < 2 ** 20 and busy.rise >= 30 * 2 ** 20
+    assert idle.rise < 2**20 and busy.rise >= 30 * 2**20
 
 
 @pytest.mark.parametrize("name", ["online_numpy_full", "online_thread_full"])
@@ -135,6 +139,7 @@ def test_the_peak_case_separates_tiles_from_strips():
 
 
 # --------------------------------------------------------------------------------------- the capstone
+
 
 def load_fn(src):
     return load(src, "find_induction_head")
@@ -171,8 +176,7 @@ def test_scoring_what_the_heads_do_still_passes(name):
 
 # --------------------------------------------------------------------------------------- through the sandbox
 
-SANDBOXED = ["online_numpy_full", "online_thread_full", "online_numpy_tiles", "mla_absorb_ignored",
-             "rope_own_cache"]
+SANDBOXED = ["online_numpy_full", "online_thread_full", "online_numpy_tiles", "mla_absorb_ignored", "rope_own_cache"]
 
 
 @pytest.mark.requires_sandbox

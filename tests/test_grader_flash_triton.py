@@ -2,6 +2,7 @@
 and alternative correct kernels pass, the stub says "not implemented", every misconception gets its own named
 diagnosis (in the notebook's kernel and in the sandbox), and the grader's replay of the kernel's tiles computes what
 SDPA and course_utils' checked Triton kernel compute. Skipped where triton is not installed (macOS, Windows)."""
+
 import importlib.util
 import linecache
 import os
@@ -30,8 +31,10 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 # The notebook's kernel grades in Triton's interpreter, which is one mode for the whole process: where this process
 # imported triton to compile (a CUDA GPU), only the sandbox's test runs (a fresh process, interpreter on).
-in_process = pytest.mark.skipif(not isinstance(tl.zeros, InterpretedFunction),
-                                reason="triton runs compiled in this process (a CUDA GPU): the sandbox test grades")
+in_process = pytest.mark.skipif(
+    not isinstance(tl.zeros, InterpretedFunction),
+    reason="triton runs compiled in this process (a CUDA GPU): the sandbox test grades",
+)
 ROOT = Path(__file__).resolve().parents[1]
 EX = "flash_triton"
 
@@ -52,8 +55,13 @@ def grade(src):
 
 def test_registered_with_its_texts():
     ex = get(EX)
-    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == ("function", "flash_attention", 3,
-                                                                         "14_flash_triton", 14)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == (
+        "function",
+        "flash_attention",
+        3,
+        "14_flash_triton",
+        14,
+    )
     assert ex.correct == FlashVariant() and len(ex.make_cases()) == 4
     for key, (en, zh) in TEXTS.items():
         assert CATALOGUE[key][1] == zh and en and zh, key
@@ -104,9 +112,15 @@ def test_mutant_gets_its_diagnosis(key, edits):
 
 def test_the_named_mistakes_are_all_there():
     keys = {m.key for m in get(EX).mutants()}
-    assert {"flash_accumulator_not_rescaled", "flash_sum_not_rescaled", "flash_max_started_at_zero",
-            "flash_tail_read_without_mask", "flash_diagonal_block_unmasked", "flash_scale_after_softmax",
-            "flash_lse_stored_wrong"} <= keys
+    assert {
+        "flash_accumulator_not_rescaled",
+        "flash_sum_not_rescaled",
+        "flash_max_started_at_zero",
+        "flash_tail_read_without_mask",
+        "flash_diagonal_block_unmasked",
+        "flash_scale_after_softmax",
+        "flash_lse_stored_wrong",
+    } <= keys
     assert {k for k, _ in MUTANTS} == keys
 
 
@@ -130,8 +144,10 @@ def test_grader_replay_equals_sdpa_and_the_course_kernel(seed):
         torch.testing.assert_close(got["step1.lse"].double(), torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
         out, lse = flash_triton.flash_attention_triton(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
         torch.testing.assert_close(out, got["step1.out"], rtol=1e-3, atol=1e-4)  # exp2 there, exp here
-        assert q.untyped_storage().nbytes() > q.nbytes and torch.isnan(
-            q.as_strided((*q.shape[:2], q.shape[2] + 1, q.shape[3]), q.stride())[:, :, -1]).all()
+        assert (
+            q.untyped_storage().nbytes() > q.nbytes
+            and torch.isnan(q.as_strided((*q.shape[:2], q.shape[2] + 1, q.shape[3]), q.stride())[:, :, -1]).all()
+        )
         tail = ex.expected(case, FlashVariant(tail="loads"))["step1.out"]
         assert torch.isnan(tail).any() == (q.shape[2] % block_n != 0)
 
@@ -144,8 +160,9 @@ def test_graded_in_the_sandbox(tmp_path):
     found = {}
     for name, src in subs.items():
         path = tmp_path / f"{name}.py"
-        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("flash_triton", flash_attention)'
-                        '\n')
+        path.write_text(
+            src + '\nfrom course_utils.grade import check\nresult = check("flash_triton", flash_attention)\n'
+        )
         report = runner.grade_file(path, sandboxed=True)
         assert [r.exercise for r in report.results] == [EX], report.to_dict()
         found[name] = report.results[0]

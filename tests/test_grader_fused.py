@@ -6,6 +6,7 @@ form, type sniffing, torch function hooks turned off, a stopped profiler) is ref
 diagnosis; every honest answer that only names the fused kernel (a helper of its own, a docstring, a test that
 compares with SDPA, an unused import, an operator of its own) passes, in the notebook's kernel and in the sandbox.
 """
+
 import csv
 import importlib.util
 import subprocess
@@ -42,7 +43,7 @@ def test_each_route_to_fused_attention_is_refused(tmp_path, name):
     report, report_zh = result.report("en"), result.report("zh")
     assert not result and result.diagnosis == "forbidden" and result.score == 0, report
     assert "not implemented" not in report and "FlexAttention" in report
-    assert ("stops the grader's record" in report if name == "stops_profiler.py" else "fused attention" in report)
+    assert "stops the grader's record" in report if name == "stops_profiler.py" else "fused attention" in report
     assert "面试模式" in report_zh and "不得分" in report_zh
     if name == "flex.py":  # FlexAttention is named as the fused attention it is, in both languages
         assert "runs FlexAttention (flex_attention), fused attention" in report
@@ -85,9 +86,23 @@ def test_in_the_sandbox(tmp_path):
         (subs / name).write_text(CHEATS[name])
     for name, text in HONEST.items():
         (subs / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out",
-                           str(tmp_path / "g"), "--exercise", "mha_interview"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            "--batch",
+            str(subs),
+            "--out",
+            str(tmp_path / "g"),
+            "--exercise",
+            "mha_interview",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr
     rows = {r["learner"]: r for r in csv.DictReader(open(tmp_path / "g" / "grades.csv", encoding="utf-8"))}
     for name in HONEST:

@@ -2,6 +2,7 @@
 fills constructors by what their arguments do, so multi-head attention written by someone who had not read its name
 lists passes, in the notebook's kernel and in the sandbox alike; wrong answers in the same styles get their mistake
 named; the report says which constructor mapping and placement were used; the search stays bounded."""
+
 import pytest
 
 from course_utils.grade import grade_class
@@ -11,8 +12,12 @@ from tests.conftest import load
 from tests.grader_cases.held_out_styles import HONEST, WRONG
 from tests.grader_cases.interview_dialects import DIALECTS
 
-NAMED = {"no_scale": "no_scale", "softmax_wrong_axis": "softmax_wrong_axis",
-         "heads_merged_wrong": "merge_no_transpose", "no_mask": "no_causal_mask"}
+NAMED = {
+    "no_scale": "no_scale",
+    "softmax_wrong_axis": "softmax_wrong_axis",
+    "heads_merged_wrong": "merge_no_transpose",
+    "no_mask": "no_causal_mask",
+}
 
 
 def test_the_held_out_set_is_large_enough():
@@ -33,12 +38,15 @@ def test_a_wrong_answer_in_an_unknown_style_is_named(name):
 
 
 def test_the_report_says_which_mapping_and_placement_were_used():
-    reports = {name: grade_class("mha_interview", load(*HONEST[name])).report()
-               for name in ("fused_3hd", "fused_h3d", "per_head_modules", "einsum_transposed")}
+    reports = {
+        name: grade_class("mha_interview", load(*HONEST[name])).report()
+        for name in ("fused_3hd", "fused_h3d", "per_head_modules", "einsum_transposed")
+    }
     assert "constructor: hidden=d_model, n_heads=num_heads, block_size=context_length" in reports["fused_3hd"]
     assert "parameters: to_qkv→[q;k;v], merge→o" in reports["fused_3hd"]
-    assert "in_proj→(heads, 3, head_dim) qkv" in reports["fused_h3d"] and "max_seq=context_length" in reports[
-        "fused_h3d"]
+    assert (
+        "in_proj→(heads, 3, head_dim) qkv" in reports["fused_h3d"] and "max_seq=context_length" in reports["fused_h3d"]
+    )
     assert "heads.#.query→q per head" in reports["per_head_modules"]
     assert "Wq→q (x @ W)" in reports["einsum_transposed"]
     zh = grade_class("mha_interview", load(*HONEST["fused_3hd"])).report("zh")
@@ -72,6 +80,7 @@ def test_the_search_is_bounded():
 def test_the_sandbox_gives_the_same_verdicts(tmp_path):
     """make grade (the batch, each file in its own sandbox): the verdicts of the notebook's check()."""
     from course_utils.grade.batch import grade_folder
+
     folder = tmp_path / "submissions"
     folder.mkdir()
     for name, (src, _) in (HONEST | WRONG).items():
@@ -83,11 +92,16 @@ def test_the_sandbox_gives_the_same_verdicts(tmp_path):
 
 
 # written after reading the name lists (so not held out): a fused k/v beside its own q, and a bias of its own
-FUSED_KV = HONEST["to_q_k_v"][0].replace("        self.toK = nn.Linear(dim, inner, bias=False)\n", "").replace(
-    "self.toV = nn.Linear(dim, inner, bias=False)", "self.toKV = nn.Linear(dim, 2 * inner)").replace(
-    "q, k, v = (f(x).view(b, n, self.heads, -1).transpose(1, 2) for f in (self.toQ, self.toK, self.toV))",
-    "k, v = self.toKV(x).chunk(2, dim=-1)\n"
-    "        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (self.toQ(x), k, v))")
+FUSED_KV = (
+    HONEST["to_q_k_v"][0]
+    .replace("        self.toK = nn.Linear(dim, inner, bias=False)\n", "")
+    .replace("self.toV = nn.Linear(dim, inner, bias=False)", "self.toKV = nn.Linear(dim, 2 * inner)")
+    .replace(
+        "q, k, v = (f(x).view(b, n, self.heads, -1).transpose(1, 2) for f in (self.toQ, self.toK, self.toV))",
+        "k, v = self.toKV(x).chunk(2, dim=-1)\n"
+        "        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (self.toQ(x), k, v))",
+    )
+)
 
 
 def test_a_fused_key_value_projection_is_placed():

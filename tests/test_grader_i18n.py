@@ -1,6 +1,7 @@
 """The grader in Chinese: every text of the catalogue and every mistake has its Chinese, reports in Chinese have no
 untranslated line (diagnoses, cases, errors, refusals, notes, the capstone, the follow-ups), English stays English,
 ``check`` follows the course's language (a zh-CN folder, ATTN_LANG), and the CLI's --lang reaches the batch's files."""
+
 import csv
 import json
 import re
@@ -31,8 +32,10 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 ENGLISH_WITH_CHINESE = {"refused.forbidden", "mutant.previous_token_head"}
 
 
-UNMAPPABLE = ("import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, size, foo):\n"
-              "        super().__init__()\n")
+UNMAPPABLE = (
+    "import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, size, foo):\n"
+    "        super().__init__()\n"
+)
 
 
 def load(src, name):
@@ -55,8 +58,11 @@ def fields(template: str) -> set:
 
 
 def test_every_text_has_chinese():
-    missing = sorted(key for key, (en, zh) in CATALOGUE.items()
-                     if key not in JOINS and key not in messages.FRAMES and not CJK.search(zh))
+    missing = sorted(
+        key
+        for key, (en, zh) in CATALOGUE.items()
+        if key not in JOINS and key not in messages.FRAMES and not CJK.search(zh)
+    )
     assert not missing, f"texts without Chinese: {missing}"
     for key in messages.FRAMES | set(JOINS):  # a frame's Chinese is its full-width punctuation
         en, zh = CATALOGUE[key]
@@ -70,18 +76,31 @@ def test_every_text_has_chinese():
 
 
 def every_mutant():
-    found = [m for ex in GRADED_ON_CASES for m in get(ex).mutants() + diagnose.mutant_pairs(get(ex).mutants(), get(ex).correct)]
+    found = [
+        m
+        for ex in GRADED_ON_CASES
+        for m in get(ex).mutants() + diagnose.mutant_pairs(get(ex).mutants(), get(ex).correct)
+    ]
     found += [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
     return found + list(induction_head.MUTANTS)
 
 
 def test_every_mistake_has_chinese():
-    missing = sorted({f"{m.key}: {m.message}" for m in every_mutant()
-                      if not isinstance(m.message, Msg) or not CJK.search(m.message.render("zh"))})
+    missing = sorted(
+        {
+            f"{m.key}: {m.message}"
+            for m in every_mutant()
+            if not isinstance(m.message, Msg) or not CJK.search(m.message.render("zh"))
+        }
+    )
     assert not missing, "mistakes without Chinese:\n" + "\n".join(missing)
-    pair = next(m for m in diagnose.mutant_pairs(get("mha").mutants(), get("mha").correct) if m.key == "scale_d_out+no_out_proj")
-    assert pair.message.render("zh") == ("两处错误：注意力分数除以了 √d_out（d_model），应当除以 √head_dim（head_dim = "
-                                         "d_out // num_heads）；另外，缺少输出投影：合并多头之后还要经过 self.out_proj")
+    pair = next(
+        m for m in diagnose.mutant_pairs(get("mha").mutants(), get("mha").correct) if m.key == "scale_d_out+no_out_proj"
+    )
+    assert pair.message.render("zh") == (
+        "两处错误：注意力分数除以了 √d_out（d_model），应当除以 √head_dim（head_dim = "
+        "d_out // num_heads）；另外，缺少输出投影：合并多头之后还要经过 self.out_proj"
+    )
 
 
 def test_every_case_has_a_chinese_title():
@@ -96,7 +115,10 @@ def test_chinese_spacing_and_english_value():
     m = Msg("compare.differs", label="lse", diff=2.5)
     assert m == "lse differs from the reference (max abs difference 2.5)" and isinstance(m, str)
     assert m.render("zh") == "lse 与参考实现不一致（最大绝对误差 2.5）"
-    assert Msg("compare.differs", label=Msg("label.out"), diff=2.5).render("zh") == "输出与参考实现不一致（最大绝对误差 2.5）"
+    assert (
+        Msg("compare.differs", label=Msg("label.out"), diff=2.5).render("zh")
+        == "输出与参考实现不一致（最大绝对误差 2.5）"
+    )
     step = Msg("label.step", step="step2", what=Msg("label.keys"))
     assert step == "step2: present keys" and step.render("zh") == "第 2 次调用的 present 中的键"
     with pytest.raises(ValueError, match="unknown language"):
@@ -113,9 +135,14 @@ def test_the_child_says_keys_and_never_sees_the_catalogue(tmp_path):
     said = texts.said("no_class", name="GroupedQueryAttention")
     assert from_child(said, "no class GroupedQueryAttention found").render("zh") == "没有找到类 GroupedQueryAttention"
     assert from_child(said, "something else") == "something else" and not isinstance(from_child(said, "x"), Msg)
-    for forged in ({"key": "mutant.scale_d_out", "args": {}}, {"key": "no_class", "args": {"name": 3}},
-                   {"key": "no_class", "args": {}}, {"key": "no_class", "args": {"name": "X"}, "extra": 1}, "text",
-                   {"key": "list.semicolon", "args": {"items": [said] * 1000}}):
+    for forged in (
+        {"key": "mutant.scale_d_out", "args": {}},
+        {"key": "no_class", "args": {"name": 3}},
+        {"key": "no_class", "args": {}},
+        {"key": "no_class", "args": {"name": "X"}, "extra": 1},
+        "text",
+        {"key": "list.semicolon", "args": {"items": [said] * 1000}},
+    ):
         assert not isinstance(from_child(forged, texts.english(said)), Msg), forged
 
 
@@ -129,8 +156,15 @@ def as_learner(exercise, cases, variant) -> list:
     for case in cases:
         outputs = diagnose.cached_outputs(get(exercise).expected, case, variant)
         if isinstance(outputs, Exception):
-            error = {"type": type(outputs).__name__, "message": str(outputs), "line": None, "where": outputs.where,
-                     "step": outputs.step, "not_implemented": False, "contract": False}
+            error = {
+                "type": type(outputs).__name__,
+                "message": str(outputs),
+                "line": None,
+                "where": outputs.where,
+                "step": outputs.step,
+                "not_implemented": False,
+                "contract": False,
+            }
             records.append({"case": case.name, "error": error, "outputs": {}, "calls": []})
         else:
             outputs = {**outputs, "repeat.out": outputs.get("step1.out")}
@@ -160,10 +194,19 @@ def test_failure_paths_in_chinese():
     reports = {
         "stub": grade_class("mha", load(STUB_FORWARD.format(name=name), name)),
         "undefined": grade_class("gqa", None),
-        "contract": grade_class("mha", load(REFERENCE["mha"].replace("self.W_key = nn.Linear(d_in, d_out",
-                                                                     "self.W_key = nn.Linear(d_in, d_in"), name)),
-        "exception": grade_class("mha", load(mutate(REFERENCE["mha"], {
-            "MERGE": "ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out + 1)"}), name)),
+        "contract": grade_class(
+            "mha",
+            load(
+                REFERENCE["mha"].replace("self.W_key = nn.Linear(d_in, d_out", "self.W_key = nn.Linear(d_in, d_in"),
+                name,
+            ),
+        ),
+        "exception": grade_class(
+            "mha",
+            load(
+                mutate(REFERENCE["mha"], {"MERGE": "ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out + 1)"}), name
+            ),
+        ),
         "interview": grade_class("mha_interview", load(ALTERNATIVES["mha"]["sdpa"], name)),
         "delegates": grade_class("mha", cu.MultiHeadAttention),
         "dialect": grade_class("mha_interview", load(dialects.DIALECTS["hugging_face"], name)),
@@ -183,9 +226,13 @@ def test_failure_paths_in_chinese():
 
 def test_capstone_and_follow_ups_in_chinese(capsys):
     wrong = load(mutate(capstone.REFERENCE, capstone.MUTANTS[0][1]), "find_induction_head")
-    results = [check("induction_head", wrong, lang="zh"), check("induction_head", None, lang="zh"),
-               check_answers({"kv_cache_bytes": 32 * 32 * 128 * 4096 * 2, "score_flops": 7,
-                              "grows_with_context": None}, lang="zh")]
+    results = [
+        check("induction_head", wrong, lang="zh"),
+        check("induction_head", None, lang="zh"),
+        check_answers(
+            {"kv_cache_bytes": 32 * 32 * 128 * 4096 * 2, "score_flops": 7, "grows_with_context": None}, lang="zh"
+        ),
+    ]
     out = capsys.readouterr().out
     assert_chinese(out)
     assert "前一词元头" in out and "用例「训练好的 checkpoint」：返回了" in out and "还没有实现：请定义函数" in out
@@ -198,12 +245,23 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     contract violation, a missing class and a cell that only names SDPA (no refusal: interview mode refuses what
     runs), all from one unsandboxed run of a notebook;
     then the sandbox's own failures (a timeout, a crash, an unreadable notebook)."""
-    cells = ["def broken(:\n", "import sys\nsys.exit(1)\n", "1 / 0\n", "%%bash\necho hi\n", "while True:\n    pass\n",
-             "import torch.nn.functional as F\nF.scaled_dot_product_attention\n",
-             REFERENCE["mha"].replace("self.W_key = nn.Linear(d_in, d_out", "self.W_key = nn.Linear(d_in, d_in")]
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-          "cells": [{"cell_type": "code", "metadata": {}, "source": s, "outputs": [], "execution_count": None}
-                    for s in cells]}
+    cells = [
+        "def broken(:\n",
+        "import sys\nsys.exit(1)\n",
+        "1 / 0\n",
+        "%%bash\necho hi\n",
+        "while True:\n    pass\n",
+        "import torch.nn.functional as F\nF.scaled_dot_product_attention\n",
+        REFERENCE["mha"].replace("self.W_key = nn.Linear(d_in, d_out", "self.W_key = nn.Linear(d_in, d_in"),
+    ]
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": s, "outputs": [], "execution_count": None} for s in cells
+        ],
+    }
     path = tmp_path / "submission.ipynb"
     path.write_text(json.dumps(nb))
     # 5 s per cell and per graded exercise: the looping cell is stopped by the child's alarm all the same, and every
@@ -211,8 +269,15 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     report = runner.grade_file(path, ["mha", "gqa", "mha_interview"], sandboxed=False, cell_timeout=5.0)
     zh = "\n".join([r.report("zh") for r in report.results] + [messages.text(n, "zh") for n in report.notes])
     assert_chinese(zh)
-    for expected in ("单元格 0：SyntaxError", "调用了 sys.exit()", "ZeroDivisionError", "跳过了一个 %%bash 单元格",
-                     "超时了（是不是有死循环？）", "接口约定：W_key.weight 的形状应为", "没有找到类 GroupedQueryAttention"):
+    for expected in (
+        "单元格 0：SyntaxError",
+        "调用了 sys.exit()",
+        "ZeroDivisionError",
+        "跳过了一个 %%bash 单元格",
+        "超时了（是不是有死循环？）",
+        "接口约定：W_key.weight 的形状应为",
+        "没有找到类 GroupedQueryAttention",
+    ):
         assert expected in zh, expected
     assert "scaled_dot_product_attention" not in zh  # cell 5 only names SDPA: interview mode refuses what runs
     assert json.dumps(report.to_dict("en")) == json.dumps(report.to_dict())
@@ -220,12 +285,15 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     class Outcome:
         returncode, result, stderr_tail, too_big = -9, b"", "MemoryError\n", False
         timed_out = True
+
     monkeypatch.setattr(jail, "run", lambda *a, **k: Outcome())
     timeout = runner.grade_file(tmp_path / "submission.ipynb", ["mha"], total_timeout=7)
     assert timeout.results[0].report("zh") == "❌ mha：7 项检查通过了 0 项：评分在 7 秒后被终止（是不是有死循环？）"
     Outcome.timed_out = False
     crashed = runner.grade_file(tmp_path / "submission.ipynb", ["mha"])
-    assert "这份提交在给出任何结果之前就结束了评分进程（退出码 -9），是不是内存不足？：MemoryError" in crashed.results[0].report("zh")
+    assert "这份提交在给出任何结果之前就结束了评分进程（退出码 -9），是不是内存不足？：MemoryError" in crashed.results[
+        0
+    ].report("zh")
     bad = tmp_path / "bad.ipynb"
     bad.write_text("{not json")
     unreadable = runner.grade_file(bad, ["mha"])
@@ -264,11 +332,27 @@ def test_unknown_language_is_a_usage_error(capsys):
 def test_cli_batch_in_chinese(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
-    (subs / "alice.py").write_text(mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / "
-                                                                      "math.sqrt(self.d_out)"}))
+    (subs / "alice.py").write_text(
+        mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"})
+    )
     (subs / "notes.txt").write_text("not a submission")
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--lang", "zh", "--batch", str(subs),
-                           "--out", str(tmp_path / "g")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            "--lang",
+            "zh",
+            "--batch",
+            str(subs),
+            "--out",
+            str(tmp_path / "g"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "跳过了 notes.txt：不是提交文件（.py 或 .ipynb）" in proc.stdout and "评完了 1 份提交" in proc.stdout
     feedback = (tmp_path / "g" / "feedback" / "alice.py.md").read_text(encoding="utf-8")
@@ -286,6 +370,8 @@ def test_cli_batch_in_chinese(tmp_path):
 def test_batch_feedback_follows_lang():
     report = runner.SubmissionReport("x.py", results=[grade_class("gqa", None)])
     assert batch.feedback_markdown("x.py", report, "en").startswith("# Feedback for x.py\n\n## gqa: not passed (0/8")
-    assert batch.feedback_markdown("x.py", report, "zh").startswith("# x.py 的评分反馈\n\n## gqa：未通过（8 项检查通过了 0 项")
+    assert batch.feedback_markdown("x.py", report, "zh").startswith(
+        "# x.py 的评分反馈\n\n## gqa：未通过（8 项检查通过了 0 项"
+    )
     assert batch.status(report, "en") == "gqa: not implemented yet" and batch.status(report, "zh") == "gqa：还没有实现"
     assert batch.status_key(report) == "gqa:not_implemented"

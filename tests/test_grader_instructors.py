@@ -2,6 +2,7 @@
 forged pass line cannot appear); a notebook whose outputs are large (50 MB of plots and printed tensors) is read,
 its outputs dropped as they stream past, while a notebook whose code is too large is still refused; and a module
 that writes into the cache it is handed gets the same verdict in process (check) as in the sandbox (make grade)."""
+
 import io
 import json
 
@@ -16,7 +17,9 @@ from tests.grader_cases.implementations import HEADER
 from tests.grader_cases.sliding_window import REFERENCE as WINDOW
 
 FORGED = "## mha: passed (8/8 checks, score 1)"
-FORGER = HEADER + f'''
+FORGER = (
+    HEADER
+    + f"""
 Boom = type({("Boom" + chr(10) + FORGED)!r}, (Exception,), {{}})
 
 
@@ -30,7 +33,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x):
         raise Boom("x" + chr(13) + chr(10) + {FORGED!r} + chr(0x2028) + {FORGED!r} + chr(11) + {FORGED!r})
-'''
+"""
+)
 
 
 def _forged_lines(text: str) -> list:
@@ -60,19 +64,24 @@ def test_no_forged_line_in_the_terminal_or_the_feedback(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- large outputs
 
+
 def _notebook_with_outputs(path, code: str, mib: int) -> None:
     """An exercise notebook whose one code cell printed ``mib`` MiB (an image and a long printed tensor), written
     piece by piece so that the test itself never holds it."""
     image = "iVBORw0KGgo" + "A" * (1 << 20)  # 1 MiB of base64, as a plot's PNG
     lines = json.dumps(["tensor([[" + ", ".join(["0.1234"] * 12) + "]])\n"] * 12000)  # ~1 MiB of printed lines
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write('{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Exercise"]}, '
-                 '{"cell_type": "code", "execution_count": 1, "metadata": {"nbgrader": {"grade_id": "mha"}}, '
-                 f'"source": {json.dumps(code)}, "outputs": [')
+        fh.write(
+            '{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Exercise"]}, '
+            '{"cell_type": "code", "execution_count": 1, "metadata": {"nbgrader": {"grade_id": "mha"}}, '
+            f'"source": {json.dumps(code)}, "outputs": ['
+        )
         for i in range(mib // 2):
-            fh.write(("," if i else "") + '{"output_type": "display_data", "metadata": {}, '
-                     f'"data": {{"image/png": "{image}", "text/plain": ["<Figure>"]}}}}, '
-                     f'{{"output_type": "stream", "name": "stdout", "text": {lines}}}')
+            fh.write(
+                ("," if i else "") + '{"output_type": "display_data", "metadata": {}, '
+                f'"data": {{"image/png": "{image}", "text/plain": ["<Figure>"]}}}}, '
+                f'{{"output_type": "stream", "name": "stdout", "text": {lines}}}'
+            )
         fh.write(']}], "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}')
 
 
@@ -113,12 +122,22 @@ def test_a_notebook_whose_code_is_too_large_is_still_refused(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 def test_outputs_dropped_across_any_chunk_boundary(monkeypatch, chunk):
     """Strings, escapes (\\" and \\\\) and brackets cut by a chunk's end: the cells read are json.loads' cells."""
-    nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["a]b", 'c"d']}, "execution_count": 2,
-                     "source": ['s = "}{\\\\"\n', "outputs = [1, {'a': ']'}]\n"],
-                     "outputs": [{"output_type": "stream", "text": ['"]}\\', "[{", "\\\\\\\""]}]},
-                    {"cell_type": "markdown", "metadata": {}, "source": "outputs", "attachments": {"x.png": {}}},
-                    {"cell_type": "code", "metadata": {}, "source": "y = 2", "outputs": [], "execution_count": None}],
-          "metadata": {"outputs": [1, 2]}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {"tags": ["a]b", 'c"d']},
+                "execution_count": 2,
+                "source": ['s = "}{\\\\"\n', "outputs = [1, {'a': ']'}]\n"],
+                "outputs": [{"output_type": "stream", "text": ['"]}\\', "[{", '\\\\\\"']}],
+            },
+            {"cell_type": "markdown", "metadata": {}, "source": "outputs", "attachments": {"x.png": {}}},
+            {"cell_type": "code", "metadata": {}, "source": "y = 2", "outputs": [], "execution_count": None},
+        ],
+        "metadata": {"outputs": [1, 2]},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     raw = json.dumps(nb).encode()
     monkeypatch.setattr(source, "_CHUNK", chunk)
     got = json.loads(source._without_outputs(io.BytesIO(raw)))
@@ -133,8 +152,9 @@ def test_outputs_dropped_across_any_chunk_boundary(monkeypatch, chunk):
 
 # exercise 12's reference, writing the new tokens into the ring it is handed (as Hugging Face's caches update in
 # place) instead of a copy: correct, since it reads the ring before it writes
-IN_PLACE = WINDOW.replace("cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()",
-                          "cache_k, cache_v = past_key_value")
+IN_PLACE = WINDOW.replace(
+    "cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()", "cache_k, cache_v = past_key_value"
+)
 
 
 def test_in_place_cache_is_the_case():

@@ -2,6 +2,7 @@
 the notebook's kernel (check) and in the sandbox (files, make grade); any nn.Module class is graded, whatever its
 name; an answer without --exercise is graded in interview mode and the report says so; a class the grader cannot
 call gets what it tried and a two-line adapter, never a wrong-values verdict."""
+
 import pytest
 
 from course_utils.grade import grade_class
@@ -57,8 +58,10 @@ def test_note_000_with_its_merge_fixed_passes_on_the_books_cases():
 
 
 def test_what_the_grader_assumed_is_said():
-    reports = {name: grade_class("mha_interview", load(*DIALECTS[name])).report() for name in
-               ("note_001", "note_004", "nanogpt_config", "head_dim", "seq_first_batch_first_flag")}
+    reports = {
+        name: grade_class("mha_interview", load(*DIALECTS[name])).report()
+        for name in ("note_001", "note_004", "nanogpt_config", "head_dim", "seq_first_batch_first_flag")
+    }
     assert "(hidden_size, num_heads) dialect; mask convention: True = keep" in reports["note_001"]
     assert "(d_model, num_heads) dialect; mask convention: True = keep" in reports["note_004"]
     assert "(config) dialect" in reports["nanogpt_config"]
@@ -103,6 +106,7 @@ def test_without_exercise_an_interview_answer_is_graded_in_interview_mode(tmp_pa
 def test_make_grade_on_interview_files_gives_real_verdicts(tmp_path):
     """The batch (make grade) without --exercise: three correct interview answers score, none 'mha: exception'."""
     from course_utils.grade.batch import grade_folder
+
     folder = tmp_path / "submissions"
     folder.mkdir()
     for name in ("note_001", "note_004", "nanogpt_config"):
@@ -110,7 +114,8 @@ def test_make_grade_on_interview_files_gives_real_verdicts(tmp_path):
     graded, skipped, failed = grade_folder(folder, tmp_path / "grades", workers=1)
     assert not skipped and not failed
     assert {name: [(r.exercise, r.passed) for r in rep.results] for name, rep in graded} == {
-        f"{name}.py": [("mha_interview", True)] for name in ("note_001", "note_004", "nanogpt_config")}
+        f"{name}.py": [("mha_interview", True)] for name in ("note_001", "note_004", "nanogpt_config")
+    }
     assert "mha_interview" in (tmp_path / "grades" / "grades.csv").read_text().splitlines()[0]
 
 
@@ -122,7 +127,7 @@ def test_the_books_signature_is_still_exercise_4(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the class rule
 
-NORM = '''
+NORM = """
 class LayerNorm(nn.Module):
     def __init__(self, d):
         super().__init__()
@@ -130,7 +135,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         return self.g * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5)
-'''
+"""
 _, CSA = DIALECTS["causal_self_attention"]
 TWO_ATTENTIONS = DIALECTS["causal_self_attention"][0] + DIALECTS["multi_headed_attention"][0].replace(HEADER, "")
 
@@ -181,18 +186,23 @@ def test_a_missing_contract_class_lists_the_classes_found(tmp_path):
 
 
 def test_unmappable_constructor_gets_what_was_tried_and_an_adapter():
-    src = HEADER + '''
+    src = (
+        HEADER
+        + """
 class Attn(nn.Module):
     def __init__(self, size, groups):
         super().__init__()
         self.size, self.groups = size, groups
-'''
+"""
+    )
     result = grade_class("mha_interview", load(src, "Attn"))
     text = result.report()
     assert result.diagnosis == "contract" and "differs" not in text, text
     assert "fills in the model width and the number of heads by name" in text
-    assert "class Graded(Attn):  def __init__(self, d_model, num_heads, dropout=0.0): " \
-           "super().__init__(size=..., groups=...)" in text
+    assert (
+        "class Graded(Attn):  def __init__(self, d_model, num_heads, dropout=0.0): "
+        "super().__init__(size=..., groups=...)" in text
+    )
     assert text.count("interview mode accepts") == 1
     assert "两行的适配器" in result.report("zh")
 
@@ -201,10 +211,12 @@ def test_an_argument_it_cannot_fill_gets_an_adapter():
     """An argument no role fits (an object the module calls): no mapping builds a module that runs, so the
     candidate is told what the grader tried and given the adapter. (An unknown argument a role fits is filled: see
     test_grader_held_out_styles.)"""
-    src = DIALECTS["note_004"][0].replace("dropout: float = 0.1):", "dropout: float = 0.1, rope_theta=None, *, "
-                                                                    "rotary):\n        self_rotary = rotary")
-    src = src.replace("self.dropout = nn.Dropout(dropout)", "self.dropout = nn.Dropout(dropout)\n"
-                      "        self.rotary = self_rotary")
+    src = DIALECTS["note_004"][0].replace(
+        "dropout: float = 0.1):", "dropout: float = 0.1, rope_theta=None, *, rotary):\n        self_rotary = rotary"
+    )
+    src = src.replace(
+        "self.dropout = nn.Dropout(dropout)", "self.dropout = nn.Dropout(dropout)\n        self.rotary = self_rotary"
+    )
     src = src.replace("q_split = q_proj.view", "q_split = self.rotary(q_proj).view")
     result = grade_class("mha_interview", load(src, "MultiHeadAttention"))
     assert result.diagnosis == "contract" and "'rotary'" in result.report(), result.report()
@@ -213,19 +225,32 @@ def test_an_argument_it_cannot_fill_gets_an_adapter():
 
 def test_the_readmes_say_which_forms_are_accepted_and_the_class_rule():
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
-    for readme, rule in (("README.md", "any `nn.Module` subclass the answer defines is\ngraded"),
-                         ("README.zh-CN.md", "答案里定义的任何 `nn.Module` 子类都会被评分")):
+    for readme, rule in (
+        ("README.md", "any `nn.Module` subclass the answer defines is\ngraded"),
+        ("README.zh-CN.md", "答案里定义的任何 `nn.Module` 子类都会被评分"),
+    ):
         text = root.joinpath(readme).read_text(encoding="utf-8")
         assert rule in text, readme
-        for form in ('check("mha_interview"', "num_hiddens", "head_dim", "CausalSelfAttention(config)", "w_out",
-                     "batch_first", "(d_in, d_out, ...)", "nn.Parameter", "--exercise"):
+        for form in (
+            'check("mha_interview"',
+            "num_hiddens",
+            "head_dim",
+            "CausalSelfAttention(config)",
+            "w_out",
+            "batch_first",
+            "(d_in, d_out, ...)",
+            "nn.Parameter",
+            "--exercise",
+        ):
             assert form in text, (readme, form)
 
 
 def test_a_forward_argument_it_cannot_give_gets_an_adapter():
-    src = DIALECTS["note_001"][0].replace("def forward(self, hidden_states, mask=None):",
-                                          "def forward(self, hidden_states, position_ids, mask=None):")
+    src = DIALECTS["note_001"][0].replace(
+        "def forward(self, hidden_states, mask=None):", "def forward(self, hidden_states, position_ids, mask=None):"
+    )
     result = grade_class("mha_interview", load(src, "MHA"))
     text = result.report()
     assert result.diagnosis == "contract" and "differs" not in text, text

@@ -2,6 +2,7 @@
 dim, RoPE's exponent and mixed layouts, MLA's absorbed weights split the wrong way and RoPE rotated into the absorbed
 latents), its feedback is finite, unique and complete in English and Chinese, and the interview follow-ups are
 unambiguous and cannot be answered by calling the course's formulas inside the sandbox."""
+
 import json
 import linecache
 import re
@@ -85,8 +86,10 @@ def _all_reports():
     out = []
     for _, exercise, src, _, _ in CASES:
         out += reports(graded(exercise, src))
-    for exercise, edits in [("mha", {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"}),
-                            ("kv_cache", {"MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"})]:
+    for exercise, edits in [
+        ("mha", {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"}),
+        ("kv_cache", {"MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
+    ]:
         out += reports(graded(exercise, mutate(BOOK[exercise], edits)))
     return out
 
@@ -153,8 +156,10 @@ def test_unanswered_follow_ups_say_not_implemented_once():
 
 
 def test_a_stub_says_not_implemented_once():
-    stub = "import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, *a, **k):\n" \
-           "        super().__init__()\n        raise NotImplementedError('not implemented yet')\n"
+    stub = (
+        "import torch\nclass MultiHeadAttention(torch.nn.Module):\n    def __init__(self, *a, **k):\n"
+        "        super().__init__()\n        raise NotImplementedError('not implemented yet')\n"
+    )
     en, zh = reports(grade_class("mha", load(stub, "MultiHeadAttention")))
     assert en.count("not implemented yet") == 1 and zh.count("还没有实现") == 1, en
 
@@ -182,9 +187,14 @@ def test_the_interview_notebook_asks_the_same_question(folder):
 
 
 def _notebook(path, cells):
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-          "cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
-                    for c in cells]}
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None} for c in cells
+        ],
+    }
     path.write_text(json.dumps(nb), encoding="utf-8")
     return path
 
@@ -192,14 +202,17 @@ def _notebook(path, cells):
 def test_the_course_formulas_are_not_available_while_graded(tmp_path):
     """kv_cache_bytes is importable (exercise 6 prints a table with it) but not callable; mla_cache_bytes is not
     there at all: a follow-up computed with either gets no credit, and the note says why."""
-    path = _notebook(tmp_path / "interview.ipynb", [
-        "import course_utils as cu\nfrom course_utils import kv_cache_bytes\n"
-        "from course_utils.grade import check_answers\n",
-        "answer = kv_cache_bytes(32, 32, 128, 4096)\n",
-        "latent = cu.mla_cache_bytes(32, 512, 64, 4096)\n",
-        "check_answers({'kv_cache_bytes': globals().get('answer', globals().get('latent')),\n"
-        "               'score_flops': 2 * 32 * 4096 * 4096 * 128, 'grows_with_context': 'keys and values'})\n",
-    ])
+    path = _notebook(
+        tmp_path / "interview.ipynb",
+        [
+            "import course_utils as cu\nfrom course_utils import kv_cache_bytes\n"
+            "from course_utils.grade import check_answers\n",
+            "answer = kv_cache_bytes(32, 32, 128, 4096)\n",
+            "latent = cu.mla_cache_bytes(32, 512, 64, 4096)\n",
+            "check_answers({'kv_cache_bytes': globals().get('answer', globals().get('latent')),\n"
+            "               'score_flops': 2 * 32 * 4096 * 4096 * 128, 'grows_with_context': 'keys and values'})\n",
+        ],
+    )
     report = runner.grade_file(path, ["mha_interview"], sandboxed=jail.probe() is None)
     results = {str(r.exercise): r for r in report.results}
     kv = next(r for name, r in results.items() if "kv_cache_bytes" in name)
@@ -224,6 +237,7 @@ def test_the_new_mistakes_are_named_alone_not_in_pairs():
 def _catalogue_reports():
     """Reports (English and Chinese) of every mutant of the grader's own catalogue tests."""
     from tests.grader_cases.implementations import MUTANTS as BOOK_MUTANTS
+
     out = []
     for mutants in (BOOK_MUTANTS, BEYOND_MUTANTS):
         for exercise, entries in mutants.items():

@@ -2,6 +2,7 @@
 split-K merge. The solution and alternative correct implementations pass, stubs say "not implemented", every
 misconception gets its own named diagnosis (in the notebook's kernel and in the sandbox), and the grader's
 reference computes what course_utils' checked paged cache and split-K compute."""
+
 import linecache
 import re
 from pathlib import Path
@@ -37,13 +38,19 @@ def grade(src):
 # the interleaved alternative without its copy-on-write branch: a shared block written in place, each sequence
 # read right after its own write (so the mistake shows only where a later write lands in an earlier reader's block)
 INTERLEAVED_NO_COPY = ALTERNATIVES["interleaved_running_merge"].replace(
-    "        elif sum(t.count(table[-1]) for t in tables) > 1:", "        elif False:")
+    "        elif sum(t.count(table[-1]) for t in tables) > 1:", "        elif False:"
+)
 
 
 def test_registered():
     ex = get(EX)
-    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == ("function", "paged_decode", 3,
-                                                                         "13_paged_decode", 13)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == (
+        "function",
+        "paged_decode",
+        3,
+        "13_paged_decode",
+        13,
+    )
     assert ex.correct == PagedVariant() and len(ex.make_cases()) == 5
 
 
@@ -77,8 +84,11 @@ def test_stub_is_not_implemented():
     assert not result and result.diagnosis == "not_implemented", result.report()
 
 
-@pytest.mark.parametrize("key,edits", MUTANTS + [("shared_block_written_without_copy", INTERLEAVED_NO_COPY)],
-                         ids=[f"{key}-{i}" for i, (key, _) in enumerate(MUTANTS + [("no_copy_interleaved", 0)])])
+@pytest.mark.parametrize(
+    "key,edits",
+    MUTANTS + [("shared_block_written_without_copy", INTERLEAVED_NO_COPY)],
+    ids=[f"{key}-{i}" for i, (key, _) in enumerate(MUTANTS + [("no_copy_interleaved", 0)])],
+)
 def test_mutant_gets_its_diagnosis(key, edits):
     result = grade(edits if isinstance(edits, str) else mutate(REFERENCE, edits))
     assert not result and result.diagnosis == key, result.report()
@@ -90,12 +100,22 @@ def test_catalogue():
     assert len({k for k, _ in MUTANTS}) >= 4 and len(keys) >= 5
     # the mistakes issue 23 names: block-table index math, a shared block written without copy, partials merged
     # without rescaling or without the max
-    assert {"block_table_slot_without_block_size", "block_table_ignored", "shared_block_written_without_copy",
-            "merge_without_rescaling", "merge_without_max"} <= keys
+    assert {
+        "block_table_slot_without_block_size",
+        "block_table_ignored",
+        "shared_block_written_without_copy",
+        "merge_without_rescaling",
+        "merge_without_max",
+    } <= keys
     # the same mistakes as the reference's own mutants (tests/grader_cases/serving.py) go by the same names
     shared = keys & set(serving.MUTANTS)
-    assert shared >= {"block_table_slot_without_block_size", "shared_block_written_without_copy",
-                      "copy_on_write_without_data", "merge_without_max", "merge_not_normalised"}, shared
+    assert shared >= {
+        "block_table_slot_without_block_size",
+        "shared_block_written_without_copy",
+        "copy_on_write_without_data",
+        "merge_without_max",
+        "merge_not_normalised",
+    }, shared
     assert {k for k, _ in MUTANTS} <= keys
 
 
@@ -108,6 +128,7 @@ def test_merge_without_the_max_overflows_only_on_large_scores():
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
+
 
 def _contiguous(args, b):
     """Sequence b's cached keys and values in position order, its new token appended: (H, n + 1, d) each."""
@@ -151,11 +172,15 @@ def test_grader_reference_equals_the_paged_cache():
     seqs = ["p", "c", "o"]
     tables = torch.full((3, 4), -1, dtype=torch.long)
     for row, s in enumerate(seqs):
-        tables[row, :len(cache.block_tables[s])] = torch.tensor(cache.block_tables[s])
+        tables[row, : len(cache.block_tables[s])] = torch.tensor(cache.block_tables[s])
     lens = torch.tensor([cache.seq_lens[s] for s in seqs])
     query, k_new, v_new = (torch.randn(3, H, d) for _ in range(3))
-    case = Case("fork", {}, {}, [Call(query, args=(query, k_new, v_new, cache.key_pool.clone(),
-                                                                cache.value_pool.clone(), tables, lens, 3))])
+    case = Case(
+        "fork",
+        {},
+        {},
+        [Call(query, args=(query, k_new, v_new, cache.key_pool.clone(), cache.value_pool.clone(), tables, lens, 3))],
+    )
     expected = get(EX).expected(case, get(EX).correct)
     for row, s in enumerate(seqs):
         cache.append(s, k_new[row, :, None], v_new[row, :, None])
@@ -163,6 +188,7 @@ def test_grader_reference_equals_the_paged_cache():
 
 
 # ---------------------------------------------------------------- the notebook's check and the sandbox
+
 
 def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE))
@@ -173,8 +199,10 @@ def test_check_prints_for_the_function(capsys):
 
 
 def test_course_utils_used_as_a_submission_gets_no_credit():
-    src = REFERENCE.replace("    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
-                            "    import course_utils\n    return course_utils.merge_partials(outs, lses)")
+    src = REFERENCE.replace(
+        "    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
+        "    import course_utils\n    return course_utils.merge_partials(outs, lses)",
+    )
     refused = grade(src)
     assert not refused and refused.diagnosis == "delegates", refused.report()
 
@@ -183,9 +211,12 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
 def test_graded_in_the_sandbox(tmp_path):
     """Submissions as files, through the sandboxed runner: the solution and an alternative pass, two mistakes
     are named."""
-    subs = {"ref": REFERENCE, "alt": ALTERNATIVES["vectorised_softmax_merge"],
-            "no_copy": mutate(REFERENCE, dict(MUTANTS)["shared_block_written_without_copy"]),
-            "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"])}
+    subs = {
+        "ref": REFERENCE,
+        "alt": ALTERNATIVES["vectorised_softmax_merge"],
+        "no_copy": mutate(REFERENCE, dict(MUTANTS)["shared_block_written_without_copy"]),
+        "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"]),
+    }
     found = {}
     for name, src in subs.items():
         path = tmp_path / f"{name}.py"

@@ -2,6 +2,7 @@
 alternative correct implementations pass, the stub says "not implemented", every misconception gets its own named
 diagnosis (in the notebook's kernel and in the sandbox), the exercise's texts are its own, and the grader's
 reference, stepped around the whole ring, computes what course_utils' checked ring and SDPA compute."""
+
 import re
 from pathlib import Path
 
@@ -24,8 +25,13 @@ EX = "ring_attention"
 
 def test_registered():
     ex = get(EX)
-    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == ("function", "ring_step", 3,
-                                                                         "15_ring_attention", 15)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == (
+        "function",
+        "ring_step",
+        3,
+        "15_ring_attention",
+        15,
+    )
     assert ex.correct == RingVariant() and len(ex.make_cases()) == 7
 
 
@@ -66,8 +72,14 @@ def test_catalogue_and_texts():
     keys = {m.key for m in get(EX).mutants()}
     # the mistakes the exercise is about: the merge without rescaling, a chunk's causal mask wrong for where it
     # sits (earlier or later in the sequence), the zigzag pieces wrong
-    assert {"ring_merge_without_rescaling", "ring_causal_mask_local", "ring_later_chunk_attended",
-            "ring_earlier_chunk_skipped", "ring_zigzag_as_contiguous", "ring_zigzag_second_piece"} <= keys
+    assert {
+        "ring_merge_without_rescaling",
+        "ring_causal_mask_local",
+        "ring_later_chunk_attended",
+        "ring_earlier_chunk_skipped",
+        "ring_zigzag_as_contiguous",
+        "ring_zigzag_second_piece",
+    } <= keys
     assert {k for k, _ in MUTANTS} == keys
     own = {k for k in keys if k.startswith("ring_")}
     assert {"mutant." + k for k in own} <= set(TEXTS)
@@ -86,9 +98,11 @@ def test_merge_without_the_max_overflows_only_on_large_scores():
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
 
-@pytest.mark.parametrize("world_size,seq_len,layout,causal", [(3, 10, "contiguous", False),
-                                                               (4, 13, "contiguous", True),
-                                                               (3, 18, "zigzag", True), (4, 24, "zigzag", True)])
+
+@pytest.mark.parametrize(
+    "world_size,seq_len,layout,causal",
+    [(3, 10, "contiguous", False), (4, 13, "contiguous", True), (3, 18, "zigzag", True), (4, 24, "zigzag", True)],
+)
 def test_grader_reference_around_the_ring_equals_course_utils(world_size, seq_len, layout, causal):
     """Every rank stepping the grader's reference through the whole ring gives course_utils' simulated ring and
     SDPA; the grader's positions are course_utils'."""
@@ -102,8 +116,19 @@ def test_grader_reference_around_the_ring_equals_course_utils(world_size, seq_le
         lse = torch.full(out.shape[:-1], float("-inf"), dtype=torch.float64)
         for step in range(world_size):
             src = (rank - step) % world_size
-            args = (q[..., pos[rank], :], k[..., pos[src], :], v[..., pos[src], :], out, lse, rank, src, world_size,
-                    seq_len, layout, causal)
+            args = (
+                q[..., pos[rank], :],
+                k[..., pos[src], :],
+                v[..., pos[src], :],
+                out,
+                lse,
+                rank,
+                src,
+                world_size,
+                seq_len,
+                layout,
+                causal,
+            )
             out, lse = ring_forward(args, RingVariant())
         outs.append(out)
     got = cu.gather_sequence(outs, layout)
@@ -112,6 +137,7 @@ def test_grader_reference_around_the_ring_equals_course_utils(world_size, seq_le
 
 
 # ---------------------------------------------------------------- the notebook's check and the sandbox
+
 
 def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE, "ring_step"))
@@ -122,8 +148,10 @@ def test_check_prints_for_the_function(capsys):
 
 
 def test_course_utils_used_as_a_submission_gets_no_credit():
-    src = REFERENCE.replace("    m = torch.maximum(lse, lse_i)  #MAX",
-                            "    import course_utils\n    return course_utils.merge_step(out, lse, out_i, lse_i)")
+    src = REFERENCE.replace(
+        "    m = torch.maximum(lse, lse_i)  #MAX",
+        "    import course_utils\n    return course_utils.merge_step(out, lse, out_i, lse_i)",
+    )
     refused = grade(EX, src)
     assert not refused and refused.diagnosis == "delegates", refused.report()
 
@@ -132,9 +160,12 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
 def test_graded_in_the_sandbox(tmp_path):
     """Submissions as files, through the sandboxed runner: the solution and an alternative pass, two mistakes
     are named as in process."""
-    subs = {"ref": REFERENCE, "alt": ALTERNATIVES["stacked_partials"],
-            "zigzag": mutate(REFERENCE, dict(MUTANTS)["ring_zigzag_second_piece"]),
-            "mean": mutate(REFERENCE, dict(MUTANTS)["ring_merge_without_rescaling"])}
+    subs = {
+        "ref": REFERENCE,
+        "alt": ALTERNATIVES["stacked_partials"],
+        "zigzag": mutate(REFERENCE, dict(MUTANTS)["ring_zigzag_second_piece"]),
+        "mean": mutate(REFERENCE, dict(MUTANTS)["ring_merge_without_rescaling"]),
+    }
     found = {}
     for name, src in subs.items():
         path = tmp_path / f"{name}.py"

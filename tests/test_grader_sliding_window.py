@@ -1,6 +1,7 @@
 """The grader on exercise 12 (sliding_window): the solution and two alternative correct implementations pass, stubs
 say "not implemented", every misconception gets its own named diagnosis (in-process and in the sandbox), and the
 grader's reference computes what course_utils' RingKVCache and sliding_window_mask_at compute."""
+
 import linecache
 import math
 from pathlib import Path
@@ -82,6 +83,7 @@ def test_slot_positions():
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
 
+
 def _course_utils_outputs(case):
     """The case run through cu.RingKVCache, cu.rope and cu.sliding_window_mask_at (an independent formulation)."""
     c, p = case.ctor, case.params
@@ -89,8 +91,10 @@ def _course_utils_outputs(case):
     outs, cache = {}, None
     for i, call in enumerate(case.calls):
         b, n, _ = call.x.shape
-        q, k, v = (F.linear(call.x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2)
-                   for role in ("query", "key", "value"))
+        q, k, v = (
+            F.linear(call.x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2)
+            for role in ("query", "key", "value")
+        )
         if not isinstance(call.past, int):  # a new cache, or the grader's given ring loaded into one
             cache = cu.RingKVCache(b, nh, window, hd, num_sinks=sinks)
             if call.past == "given":
@@ -123,20 +127,25 @@ def test_reference_equals_course_utils():
 
 
 def test_course_utils_used_as_a_submission_gets_no_credit():
-    src = REFERENCE.replace("    x1, x2 = x.chunk(2, dim=-1)\n",
-                            "    import course_utils\n    course_utils.sliding_window_mask(2, window=1)\n"
-                            "    x1, x2 = x.chunk(2, dim=-1)\n")
+    src = REFERENCE.replace(
+        "    x1, x2 = x.chunk(2, dim=-1)\n",
+        "    import course_utils\n    course_utils.sliding_window_mask(2, window=1)\n    x1, x2 = x.chunk(2, dim=-1)\n",
+    )
     refused = grade(src)
     assert not refused and refused.diagnosis == "delegates", refused.report()
 
 
 # ---------------------------------------------------------------- in the sandbox
 
+
 @pytest.mark.requires_sandbox
 def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp_path):
     sandboxed = jail.probe() is None
-    sources = {"reference": (REFERENCE, None), **{name: (src, None) for name, src in ALTERNATIVES.items()},
-               **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in LONG_CONTEXT_KEYS.values()}}
+    sources = {
+        "reference": (REFERENCE, None),
+        **{name: (src, None) for name, src in ALTERNATIVES.items()},
+        **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in LONG_CONTEXT_KEYS.values()},
+    }
     # the issue's four mistakes in the sandbox; every mutant is graded in-process above
     for name, (src, key) in sources.items():
         path = tmp_path / f"{name}.py"

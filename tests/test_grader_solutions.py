@@ -1,4 +1,5 @@
 """The grader on the course's own solution notebooks, through the sandboxed path instructors use."""
+
 from pathlib import Path
 
 from course_utils.grade import check, jail, runner

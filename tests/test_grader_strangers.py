@@ -2,6 +2,7 @@
 allocation, memfd, forks, disk, processes), a grader that bounds its own work, any file name, escaped output,
 grades an instructor can read. Everything runs in temporary folders, never on the working tree; the tests that
 run submissions need bubblewrap and say so where it is missing."""
+
 import csv
 import io
 import os
@@ -49,10 +50,14 @@ def grade(tmp_path, code, name="sub.py", exercises=("mha",), **kw):
 
 HOLD = {  # each holds more than CAP (1 GiB) in its own way, then defines a correct class
     "plain": "HELD = b'x' * (1200 << 20)\n",
-    "memfd": ("import os\nHELD = []\nfor i in range(24):\n    fd = os.memfd_create(f'm{i}')\n"
-              "    os.write(fd, b'x' * (50 << 20))\n    HELD.append(fd)\n"),
-    "forks": ("import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        held = b'x' * (450 << 20)\n"
-              "        time.sleep(60)\n        os._exit(0)\ntime.sleep(3)\n"),
+    "memfd": (
+        "import os\nHELD = []\nfor i in range(24):\n    fd = os.memfd_create(f'm{i}')\n"
+        "    os.write(fd, b'x' * (50 << 20))\n    HELD.append(fd)\n"
+    ),
+    "forks": (
+        "import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        held = b'x' * (450 << 20)\n"
+        "        time.sleep(60)\n        os._exit(0)\ntime.sleep(3)\n"
+    ),
 }
 
 
@@ -72,14 +77,16 @@ def test_memory_over_all_processes_is_capped(tmp_path, mechanism, route):
 
 @needs_sandbox
 def test_disk_is_a_few_small_tmpfs(tmp_path, mechanism):
-    code = ("import os\nwritten = {}\nfor where in ('/tmp', '/dev/shm', '/submission'):\n    n = 0\n"
-            "    try:\n        for i in range(40):\n            with open(f'{where}/f{i}', 'wb') as fh:\n"
-            "                fh.write(b'x' * (8 << 20))\n            n += 8\n    except OSError:\n        pass\n"
-            "    written[where] = n\n"
-            "for where in ('/', '/usr', '/grader', os.path.expanduser('~') + '/..'):\n"
-            "    try:\n        open(where + '/escape', 'wb').write(b'x')\n"
-            "        raise SystemExit('wrote ' + where)\n    except OSError:\n        pass\n"
-            "assert all(n <= 64 for n in written.values()), written\n") + MHA
+    code = (
+        "import os\nwritten = {}\nfor where in ('/tmp', '/dev/shm', '/submission'):\n    n = 0\n"
+        "    try:\n        for i in range(40):\n            with open(f'{where}/f{i}', 'wb') as fh:\n"
+        "                fh.write(b'x' * (8 << 20))\n            n += 8\n    except OSError:\n        pass\n"
+        "    written[where] = n\n"
+        "for where in ('/', '/usr', '/grader', os.path.expanduser('~') + '/..'):\n"
+        "    try:\n        open(where + '/escape', 'wb').write(b'x')\n"
+        "        raise SystemExit('wrote ' + where)\n    except OSError:\n        pass\n"
+        "assert all(n <= 64 for n in written.values()), written\n"
+    ) + MHA
     report = grade(tmp_path, code)
     assert report.passed, report.to_dict()
 
@@ -87,11 +94,13 @@ def test_disk_is_a_few_small_tmpfs(tmp_path, mechanism):
 @needs_sandbox
 def test_processes_are_capped_and_none_outlives_the_grading(tmp_path, mechanism):
     marker = f"119.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a sleep no other process on this host has
-    code = ("import os, time\nstarted = 0\nfor i in range(300):\n    try:\n        pid = os.fork()\n"
-            "    except OSError:\n        break\n    if pid == 0:\n"
-            f"        try:\n            os.execv('/usr/bin/sleep', ['sleep', '{marker}'])\n"
-            "        finally:\n            os._exit(1)\n"
-            "    started += 1\nassert started < 70, started\n") + MHA
+    code = (
+        "import os, time\nstarted = 0\nfor i in range(300):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n"
+        f"        try:\n            os.execv('/usr/bin/sleep', ['sleep', '{marker}'])\n"
+        "        finally:\n            os._exit(1)\n"
+        "    started += 1\nassert started < 70, started\n"
+    ) + MHA
     report = grade(tmp_path, code)
     assert report.passed, report.to_dict()
     left = _processes_with(marker)
@@ -118,8 +127,10 @@ def _processes_with(marker: str) -> list:
 @needs_sandbox
 def test_a_submission_that_swallows_the_alarm_is_killed_from_outside(tmp_path, monkeypatch):
     # the mechanism, not the seconds: the child cannot stop itself, so the parent's wait runs out and it kills it
-    code = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-            "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n")
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "signal.setitimer = lambda *a, **k: None\nwhile True:\n    time.sleep(0.1)\n"
+    )
     outcomes, run = [], jail.run
     monkeypatch.setattr(jail, "run", lambda *a, **k: outcomes.append(run(*a, **k)) or outcomes[-1])
     report = grade(tmp_path, code, total_timeout=4)
@@ -134,6 +145,7 @@ def test_the_budget_defaults_to_30_seconds():
 
 # ---------------------------------------------------------------------------------------------------- the parent
 
+
 def _grow_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -147,7 +159,9 @@ def test_a_huge_literal_is_refused_before_any_parse(tmp_path, monkeypatch):
         def call(text, *args, **kwargs):
             assert len(text) <= source.MAX_CODE_BYTES, f"{real.__name__} was given {len(text)} characters"
             return real(text, *args, **kwargs)
+
         return call
+
     monkeypatch.setattr(ast, "parse", bounded(ast.parse))
     monkeypatch.setattr(builtins, "compile", bounded(builtins.compile))
     before = _grow_kib()
@@ -160,8 +174,16 @@ def test_a_huge_literal_is_refused_before_any_parse(tmp_path, monkeypatch):
     assert "larger than" in str(runner.grade_file(big, ["mha"]).error)
 
 
-@pytest.mark.parametrize("code", ["x = " + "(" * 300 + ")" * 300, "x = " + "-" * 100000 + "1",
-                                  "x = a" + ".a" * 100000, "x = 1\0", "class MultiHeadAttention(" + "[" * 500])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = " + "(" * 300 + ")" * 300,
+        "x = " + "-" * 100000 + "1",
+        "x = a" + ".a" * 100000,
+        "x = 1\0",
+        "class MultiHeadAttention(" + "[" * 500,
+    ],
+)
 def test_deep_or_odd_cells_are_read_without_failing(code):
     cells = [{"index": 0, "source": code, "grade_id": None}]
     assert source.find_exercises(cells) in ([], ["mha"])
@@ -208,12 +230,23 @@ def test_the_grader_failing_on_one_file_is_that_files_row(tmp_path, monkeypatch)
 
 # ---------------------------------------------------------------------------------------------------- file names
 
+
 def test_any_file_name_gets_a_row_and_its_own_feedback(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
-    odd = [b"latin1-\xe9.py", b"n" * 248 + b".ipynb", b"\x1b[32mall checks passed\x1b[0m.py", b"## mha: passed.py",
-           b"=HYPERLINK(1).py", b"Alice.py", b"alice.py", b"a b;c'd\".py", "张三.py".encode(), b"-rf.py",
-           b"\xe2\x80\xaeyp.exe.py"]
+    odd = [
+        b"latin1-\xe9.py",
+        b"n" * 248 + b".ipynb",
+        b"\x1b[32mall checks passed\x1b[0m.py",
+        b"## mha: passed.py",
+        b"=HYPERLINK(1).py",
+        b"Alice.py",
+        b"alice.py",
+        b"a b;c'd\".py",
+        "张三.py".encode(),
+        b"-rf.py",
+        b"\xe2\x80\xaeyp.exe.py",
+    ]
     for raw in odd:
         with open(os.path.join(os.fsencode(subs), raw), "wb") as fh:
             fh.write(b"x = 1\n")  # no exercise: the names are under test, not the sandbox
@@ -283,14 +316,16 @@ def test_progress_on_a_log_and_on_a_terminal():
 
 # ---------------------------------------------------------------------------------------------------- readable
 
+
 def test_status_in_words_points_and_keys(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "empty.ipynb").write_text("")
     (subs / "broken.py").write_text("class MultiHeadAttention(:\n")
-    for lang, empty, syntax in (("en", "the file is empty", "mha: not found: a cell failed before it (see the "
-                                                            "feedback)"),
-                                ("zh", "文件是空的", "mha：没有找到：在它之前有单元格出错（见反馈）")):
+    for lang, empty, syntax in (
+        ("en", "the file is empty", "mha: not found: a cell failed before it (see the feedback)"),
+        ("zh", "文件是空的", "mha：没有找到：在它之前有单元格出错（见反馈）"),
+    ):
         batch.grade_folder(subs, tmp_path / lang, trusted=True, lang=lang)
         with open(tmp_path / lang / "grades.csv", encoding="utf-8") as fh:
             rows = {r["learner"]: r for r in csv.DictReader(fh)}
@@ -304,6 +339,7 @@ def test_points_agree_with_the_solutions_nbgrader_metadata():
     import nbformat
 
     from course_utils.grade.source import check_calls
+
     total = 0
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         for cell in nbformat.read(str(path), as_version=4).cells:
@@ -321,8 +357,12 @@ def test_points_agree_with_the_solutions_nbgrader_metadata():
 
 
 def test_make_grade_passes_grade_args():
-    out = subprocess.run(["make", "-n", "grade", "SUBMISSIONS=s", "GRADE_ARGS=--lang zh --exercise mha",
-                          f"STAMP={ROOT / 'Makefile'}"], cwd=ROOT, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["make", "-n", "grade", "SUBMISSIONS=s", "GRADE_ARGS=--lang zh --exercise mha", f"STAMP={ROOT / 'Makefile'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert '--batch "s" --out "grades" --lang zh --exercise mha' in out, out
 
 
@@ -340,15 +380,23 @@ def test_cli_summary_line(tmp_path):
     (subs / "empty.py").write_text("")
     (subs / "notes.txt").write_text("")
     forger = subs / "\x1b[2K\r\x1b[32mall passed.py"
-    forger.write_text("class MultiHeadAttention:\n    def __init__(self, *args, **kwargs):\n"
-                      "        raise ValueError('\\x1b[2K\\r\\x1b[32m✅ mha: all 7 checks passed')\n")
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out",
-                           str(tmp_path / "g")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    forger.write_text(
+        "class MultiHeadAttention:\n    def __init__(self, *args, **kwargs):\n"
+        "        raise ValueError('\\x1b[2K\\r\\x1b[32m✅ mha: all 7 checks passed')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out", str(tmp_path / "g")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "1 passed everything, 1 did not, 1 could not be graded, 1 skipped" in proc.stdout, proc.stdout
     assert "[3/3]" in proc.stderr and "\x1b" not in proc.stdout + proc.stderr
-    single = subprocess.run([sys.executable, "-m", "course_utils.grade", str(forger)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", str(forger)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert single.returncode == 1 and "\x1b" not in single.stdout and "\\x1b" in single.stdout, single.stdout
 
 

@@ -1,4 +1,5 @@
 """The induction task: its data, the head scores, training (a few steps), and the committed checkpoints."""
+
 from dataclasses import asdict, replace
 
 import pytest
@@ -16,7 +17,7 @@ def test_batch_layout():
     assert len(set((b.second - b.first).tolist())) > 10  # the distance between the copies varies
     for i in range(200):
         f, s, n = int(b.first[i]), int(b.second[i]), int(b.length[i])
-        assert torch.equal(b.tokens[i, s:], b.tokens[i, f:f + n])
+        assert torch.equal(b.tokens[i, s:], b.tokens[i, f : f + n])
         assert len(set(b.tokens[i, :s].tolist())) == s  # distinct before the second copy: no ambiguity
         assert b.targets_mask[i].nonzero().flatten().tolist() == list(range(s, ind.SEQ_LEN - 1))
 
@@ -117,6 +118,7 @@ def test_committed_study_without_the_head_penalty_matches_todays_settings():
     """induction_without_penalty.json (notebook 11 asserts its prose on it) was made with today's MHA settings,
     penalty off; its seed 0 row is what a fresh run gives (the same history for the first 25 steps, at one thread)."""
     import json
+
     study = json.loads(ind.without_penalty_path().read_text())
     assert study["train"] == {**asdict(ind.MHA_TRAINING), "head_penalty": 0.0}
     assert [run["seed"] for run in study["runs"]] == list(ind.WITHOUT_PENALTY_SEEDS)

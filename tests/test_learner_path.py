@@ -4,6 +4,7 @@ links its exercise, that exercise's solution and the next notebook (the last one
 
 The pairing is the README's table; everything else must agree with it.
 """
+
 import json
 import re
 from pathlib import Path
@@ -44,7 +45,7 @@ def _pairing(readme: Path) -> list[tuple[str, str, str, str, str]]:
     out = []
     for row in path_table(readme):
         values = list(row.values())
-        notebook, = LINK.findall(values[1])
+        (notebook,) = LINK.findall(values[1])
         exercise, solution = LINK.findall(values[2])
         out.append((notebook, exercise, solution, values[4], values[5]))
     return out
@@ -109,8 +110,9 @@ def _next_steps_cases():
 @pytest.mark.parametrize("notebook, exercise, solution, following", _next_steps_cases())
 def test_every_notebook_ends_with_its_exercise_and_the_next_notebook(notebook, exercise, solution, following):
     last = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"][-1]
-    assert last["cell_type"] == "markdown" and last.get("id") == "next-steps", \
+    assert last["cell_type"] == "markdown" and last.get("id") == "next-steps", (
         f"{notebook}: the last cell is not the markdown cell 'next-steps'"
+    )
     text = "".join(last["source"])
     links = LINK.findall(text)
     assert links == [exercise, solution, following], f"{notebook}: 'next-steps' links {links}"

@@ -3,6 +3,7 @@
 solutions, READMEs, indexes, glossary and docs/; every word of those (markdown, code, comments and committed
 outputs) is read here, and each offending line is listed with its file and cell.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,8 @@ OUTSIDE = re.compile(
     r"\bseed[- ]notes?\b|\bseeds? 0\d\d\b|\bseed 0\d\d's\b|\bsource notes?\b|\bseed (?:file|set)s?\b"
     r"|种子笔记|种子 ?0\d\d|源笔记"
     r"|\b(?:issue|pull request|PR)s? #?\d+\b|(?<![\w&/])#\d{2,4}\b(?![\w-])",
-    re.I)
+    re.I,
+)
 
 
 def learner_files() -> list[Path]:
@@ -51,11 +53,30 @@ def offenders(paths) -> list[str]:
 
 
 def test_the_pattern_finds_outside_material_and_spares_seeds():
-    for said in ("seed note 003", "seed 000's view(B, S, D) bug", "seed 001's layout", "种子笔记 001",
-                 "见种子 002", "fixed in issue 27", "(#31)", "PR 12", "source note 004"):
+    for said in (
+        "seed note 003",
+        "seed 000's view(B, S, D) bug",
+        "seed 001's layout",
+        "种子笔记 001",
+        "见种子 002",
+        "fixed in issue 27",
+        "(#31)",
+        "PR 12",
+        "source note 004",
+    ):
         assert OUTSIDE.search(said), said
-    for fine in ("torch.manual_seed(0)", "seed = 1234", "a fresh secret seed", "随机种子", "seed 7", "#1f77b4",
-                 "## 3. Heading", "cell 12", "C#", "&#8203;"):
+    for fine in (
+        "torch.manual_seed(0)",
+        "seed = 1234",
+        "a fresh secret seed",
+        "随机种子",
+        "seed 7",
+        "#1f77b4",
+        "## 3. Heading",
+        "cell 12",
+        "C#",
+        "&#8203;",
+    ):
         assert not OUTSIDE.search(fine), fine
 
 

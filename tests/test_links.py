@@ -8,6 +8,7 @@ And it must be ASCII: JupyterLab looks the fragment up percent-encoded, so "#学
 A link to a folder opens an "is a directory" error in JupyterLab: links go to files.
 The browser test (tests/browser/test_links_in_lab.py) clicks them in a real JupyterLab.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,11 +76,15 @@ def broken(source: str, root: Path = ROOT) -> list[str]:
         elif landed.is_dir():
             problems.append(f"{target}: a folder (JupyterLab cannot open a folder from a link)")
         elif fragment and not fragment.isascii():
-            problems.append(f"{target}: JupyterLab looks a fragment up percent-encoded and never finds a non-ASCII one "
-                            f"(give the heading an ASCII <a id=\"...\"></a>)")
+            problems.append(
+                f"{target}: JupyterLab looks a fragment up percent-encoded and never finds a non-ASCII one "
+                f'(give the heading an ASCII <a id="..."></a>)'
+            )
         elif fragment and unquote(fragment) not in anchors(landed):
-            problems.append(f"{target}: no heading {unquote(fragment)!r} in {landed.relative_to(root)} that GitHub "
-                            f"and JupyterLab both name so (add <a id=\"{unquote(fragment)}\"></a> above it)")
+            problems.append(
+                f"{target}: no heading {unquote(fragment)!r} in {landed.relative_to(root)} that GitHub "
+                f'and JupyterLab both name so (add <a id="{unquote(fragment)}"></a> above it)'
+            )
     return list(dict.fromkeys(problems))
 
 
@@ -100,9 +105,17 @@ def test_heading_ids_follow_github_and_jupyterlab():
 
 def test_the_checker_finds_what_broke(tmp_path):
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# Top\n\n## Two words\n\n<a id=\"kept\"></a>\n## Mixed Case\n")
-    (tmp_path / "b.md").write_text("[x](docs/a.md#two-words) [y](docs/) [z](docs/a.md#kept) [w](docs/a.md#gone) "
-                                   "[v](missing.md) [u](https://example.org/x) [t](#top) [s](docs/a.md#中文)\n")
+    (tmp_path / "docs" / "a.md").write_text('# Top\n\n## Two words\n\n<a id="kept"></a>\n## Mixed Case\n')
+    (tmp_path / "b.md").write_text(
+        "[x](docs/a.md#two-words) [y](docs/) [z](docs/a.md#kept) [w](docs/a.md#gone) "
+        "[v](missing.md) [u](https://example.org/x) [t](#top) [s](docs/a.md#中文)\n"
+    )
     problems = broken("b.md", root=tmp_path)
-    assert [p.split(":")[0] for p in problems] == ["docs/a.md#two-words", "docs/", "docs/a.md#gone", "missing.md",
-                                                     "#top", "docs/a.md#中文"], problems
+    assert [p.split(":")[0] for p in problems] == [
+        "docs/a.md#two-words",
+        "docs/",
+        "docs/a.md#gone",
+        "missing.md",
+        "#top",
+        "docs/a.md#中文",
+    ], problems

@@ -5,6 +5,7 @@ it runs headless, or on a remote machine) both go to /lab/tree/notebooks/README.
 The test runs the jupyter command of the Makefile's lab recipe (from `make -n lab`) with --no-browser on a free
 port, asks the server what it serves, and stops it.
 """
+
 import json
 import os
 import secrets
@@ -26,8 +27,13 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="`make lab`
 
 
 def lab_command(extra_args, target="lab"):
-    dry_run = subprocess.run(["make", "-s", "-n", target, f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
-                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    dry_run = subprocess.run(
+        ["make", "-s", "-n", target, f"LAB_ARGS={extra_args}", f"VENV={VENV_BIN.parent}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = dry_run.replace("\\\n", " ").splitlines()  # a recipe line continued with a backslash is one command
     commands = [" ".join(line.split()) for line in lines if " lab " in line and "jupyter" in line]
     assert len(commands) == 1, f"expected one jupyter lab command in `make -n lab`, got:\n{dry_run}"
@@ -76,19 +82,33 @@ def test_lab_serves_the_repository(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = secrets.token_hex(16)
-    command = lab_command(f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.port_retries=0 "
-                          f"--IdentityProvider.token={token} --ServerApp.terminals_enabled=False")
+    command = lab_command(
+        f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.port_retries=0 "
+        f"--IdentityProvider.token={token} --ServerApp.terminals_enabled=False"
+    )
     # the server settings make setup installs (etc/jupyter), read from this checkout: no news, no update checks,
     # no language-server search (its "Skipped non-installed server(s)" line)
     (tmp_path / "config").mkdir()
     shutil.copy(ROOT / "etc" / "jupyter" / "jupyter_server_config.json", tmp_path / "config")
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
-               JUPYTER_PLATFORM_DIRS="1")
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+    )
     log = tmp_path / "lab.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -110,8 +130,13 @@ def test_lab_serves_the_repository(tmp_path):
         printed = log.read_text(errors="replace")
         assert f"http://127.0.0.1:{port}{index}?token=" in printed, printed[-3000:]
         assert _redirect(f"{base}/", token).rstrip("?") == index
-        page = urllib.request.urlopen(urllib.request.Request(f"{base}{index}", headers={
-            "Authorization": f"token {token}"}), timeout=5).read().decode()
+        page = (
+            urllib.request.urlopen(
+                urllib.request.Request(f"{base}{index}", headers={"Authorization": f"token {token}"}), timeout=5
+            )
+            .read()
+            .decode()
+        )
         assert '"news": {"disabled": true}' in page, page[:2000]  # the page config: no news feed fetched
         assert "Skipped non-installed server" not in printed, printed[-3000:]
         if (Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json").exists():  # make setup
@@ -132,4 +157,3 @@ def test_lab_settings_turn_the_news_off():
     overrides = json.loads((ROOT / "etc" / "lab" / "overrides.json").read_text())
     notification = overrides["@jupyterlab/apputils-extension:notification"]
     assert notification == {"fetchNews": "false", "checkForUpdates": False}, notification
-

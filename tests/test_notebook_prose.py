@@ -11,6 +11,7 @@ questions ("notebook 05", "exercise 3.2"), and years after an author ("Shazeer 2
 underscores are ignored, and `5%` also matches `0.05`. This is a tripwire, not a proof: reviewers still check that
 the code cell next to a claim asserts it.
 """
+
 import json
 import re
 from pathlib import Path
@@ -19,8 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # the English notebooks and their Chinese twins (notebooks/zh-CN, same code, Chinese prose)
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + \
-    sorted((ROOT / "notebooks" / "zh-CN").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "zh-CN").glob("[0-9][0-9]_*.ipynb")
+)
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
 # in prose: not glued to a name on the left (float16, W_q2, GPT-2) or on the right (7B, H100, x2); a trailing
@@ -32,14 +34,19 @@ SKIP = [
     re.compile(r"^\s*#+\s*\d+(\.\d+)*\.?", re.M),  # heading numbers: "## 4. Spot the bug"
     re.compile(r"^\s*\d+\.\s", re.M),  # numbered list items
     re.compile(r"<summary>\s*\d+\.", re.I),  # numbered questions
-    re.compile(r"\b(?:notebooks?|sections?|exercises?|chapters?|seeds?|bugs?|questions?|steps? of)\s+"
-               r"\d+(?:\.\d+)?(?:\s*(?:-|–|,|and|or)\s*\d+(?:\.\d+)?)*", re.I),
+    re.compile(
+        r"\b(?:notebooks?|sections?|exercises?|chapters?|seeds?|bugs?|questions?|steps? of)\s+"
+        r"\d+(?:\.\d+)?(?:\s*(?:-|–|,|and|or)\s*\d+(?:\.\d+)?)*",
+        re.I,
+    ),
     re.compile(r"(?:et al\.|[A-Z][a-z]+),? \(?(?:19|20)\d\d\b"),  # a citation's year, "Olsson et al. (2022)" too
     re.compile(r"https?://\S+"),
     re.compile(r"\[\d+ · "),  # the "next steps" link to the next notebook: "[11 · Capstone ...](11_capstone.ipynb)"
     # the same references in Chinese: "笔记本 05", "练习 3.2", "随机种子 123", "第 3 章", "问题 2"
-    re.compile(r"(?:笔记本|练习|种子|小节|问题|习题|步骤)\s*\d+(?:\.\d+)?"
-               r"(?:\s*(?:-|–|~|、|,|，|和|与|或|至|到)\s*\d+(?:\.\d+)?)*"),
+    re.compile(
+        r"(?:笔记本|练习|种子|小节|问题|习题|步骤)\s*\d+(?:\.\d+)?"
+        r"(?:\s*(?:-|–|~|、|,|，|和|与|或|至|到)\s*\d+(?:\.\d+)?)*"
+    ),
     re.compile(r"第\s*\d+(?:\.\d+)?\s*(?:章|节|步|题|课|篇|部分|个笔记本)"),
 ]
 # Chinese characters are word characters to the regex engine: a number next to one ("6 个") must still count
@@ -55,8 +62,10 @@ def prose_numbers(markdown):
     for pattern in SKIP:
         markdown = pattern.sub(" ", markdown)
     markdown = _CJK.sub(" ", markdown)
-    return [(m.group(0).strip(), _value(m.group(1)), (m.group(2) or "").strip() == "%")
-            for m in PROSE_NUMBER.finditer(markdown)]
+    return [
+        (m.group(0).strip(), _value(m.group(1)), (m.group(2) or "").strip() == "%")
+        for m in PROSE_NUMBER.finditer(markdown)
+    ]
 
 
 def _output_text(cell):
@@ -114,22 +123,35 @@ def test_every_number_in_the_prose_is_computed(path):
     missing = unbacked_numbers(nb)
     assert not missing, (
         f"{path.name}: numbers stated in markdown that no code cell computes, asserts or prints in a checked "
-        "output (see CONTRIBUTING.md, 'Prose is checked'):\n" + "\n".join(missing))
+        "output (see CONTRIBUTING.md, 'Prose is checked'):\n" + "\n".join(missing)
+    )
 
 
 def test_the_rule_itself():
-    skipped = prose_numbers("## 4. Spot the bug\n1. float16, GPT-2, Llama-3-8B, H100 and d_k (notebook 05, "
-                            "exercise 3.2, Shazeer 2019)")
+    skipped = prose_numbers(
+        "## 4. Spot the bug\n1. float16, GPT-2, Llama-3-8B, H100 and d_k (notebook 05, exercise 3.2, Shazeer 2019)"
+    )
     assert skipped == []
     stated = prose_numbers("2,362,368 parameters, cut 4x, about 5 % of it, `-1e9`, weights 13-16 GB")
-    assert [(t, v) for t, v, _ in stated] == [("2,362,368", 2362368.0), ("4x", 4.0), ("5 %", 5.0),
-                                              ("1e9", 1e9), ("13", 13.0), ("16", 16.0)]
-    nb = {"cells": [
-        {"cell_type": "markdown", "source": ["It has 2,362,368 parameters, 5% of them biases, and 28 M more."]},
-        {"cell_type": "code", "source": ["assert n == 2_362_368\nshare = 0.05"], "outputs": []},
-        {"cell_type": "code", "source": ["# NBVAL_IGNORE_OUTPUT\nprint(m)"],
-         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["28 M\n"]}]},
-    ]}
+    assert [(t, v) for t, v, _ in stated] == [
+        ("2,362,368", 2362368.0),
+        ("4x", 4.0),
+        ("5 %", 5.0),
+        ("1e9", 1e9),
+        ("13", 13.0),
+        ("16", 16.0),
+    ]
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["It has 2,362,368 parameters, 5% of them biases, and 28 M more."]},
+            {"cell_type": "code", "source": ["assert n == 2_362_368\nshare = 0.05"], "outputs": []},
+            {
+                "cell_type": "code",
+                "source": ["# NBVAL_IGNORE_OUTPUT\nprint(m)"],
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": ["28 M\n"]}],
+            },
+        ]
+    }
     assert unbacked_numbers(nb) == ["cell 0: '28'"]  # an unchecked output does not count
 
 
@@ -147,6 +169,9 @@ OUTSIDE_MATERIAL = re.compile(r"seed notes?\b|seed 0\d\d\b|seed material|\bthe s
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_words_from_material_learners_do_not_have(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
-    found = [f"cell {i}: {m.group(0)!r}" for i, cell in enumerate(nb["cells"])
-             for m in OUTSIDE_MATERIAL.finditer("".join(cell["source"]) + _output_text(cell))]
+    found = [
+        f"cell {i}: {m.group(0)!r}"
+        for i, cell in enumerate(nb["cells"])
+        for m in OUTSIDE_MATERIAL.finditer("".join(cell["source"]) + _output_text(cell))
+    ]
     assert not found, f"{path.name} refers to notes learners do not have: " + ", ".join(found)

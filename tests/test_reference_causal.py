@@ -1,4 +1,5 @@
 """Causality (因果性): changing future tokens never changes earlier outputs."""
+
 import pytest
 import torch
 
@@ -18,7 +19,7 @@ MODULES = {
 
 def perturb_after(x, t):
     x = x.clone()
-    x[:, t + 1:] += 3.0 * torch.randn_like(x[:, t + 1:])
+    x[:, t + 1 :] += 3.0 * torch.randn_like(x[:, t + 1 :])
     return x
 
 
@@ -28,9 +29,9 @@ def test_future_tokens_do_not_change_the_past(name, t, randomize):
     m = randomize(MODULES[name]()).double()
     x = torch.randn(3, T, D_IN, dtype=torch.float64)
     out, out_perturbed = m(x), m(perturb_after(x, t))
-    torch.testing.assert_close(out_perturbed[:, :t + 1], out[:, :t + 1], atol=1e-12, rtol=0)
+    torch.testing.assert_close(out_perturbed[:, : t + 1], out[:, : t + 1], atol=1e-12, rtol=0)
     # the perturbation is real: every later position does change
-    assert (out_perturbed[:, t + 1:] - out[:, t + 1:]).abs().amax(dim=-1).min() > 1e-6
+    assert (out_perturbed[:, t + 1 :] - out[:, t + 1 :]).abs().amax(dim=-1).min() > 1e-6
 
 
 def test_non_causal_module_sees_the_future(randomize):

@@ -4,6 +4,7 @@ On the GPU, SDPA picks fused kernels (flash, memory-efficient) that round differ
 reference path. So in half precision both are compared to a float64 ground truth: ours must be about
 as accurate as PyTorch's own result.
 """
+
 import pytest
 import torch
 
@@ -38,8 +39,9 @@ def build(d_in, d_out, ctx, nh, ng, randomize, **kw):
 
 def as_dtype(m, dtype, **kw):
     """A copy of ``m`` in ``dtype`` (parameters copied through the state dict)."""
-    copy = GroupedQueryAttention(m.d_in, m.d_out, m.context_length, 0.0, m.num_heads, m.num_kv_groups,
-                                 qkv_bias=True, causal=m.causal, **kw).to(DEVICE, dtype)
+    copy = GroupedQueryAttention(
+        m.d_in, m.d_out, m.context_length, 0.0, m.num_heads, m.num_kv_groups, qkv_bias=True, causal=m.causal, **kw
+    ).to(DEVICE, dtype)
     copy.load_state_dict(m.state_dict())
     return copy
 
@@ -95,7 +97,7 @@ def test_cuda_kv_cache_decoding_equals_full_forward(preallocate, use_sdpa, dtype
     m, x = as_dtype(m64, dtype, use_sdpa=use_sdpa), x64.to(dtype)
     cache = m.make_cache(2, preallocate=preallocate)
     outs = [m(x[:, :4], cache=cache)]  # prefill, then token by token, then a chunk of 3
-    outs += [m(x[:, i:i + 1], cache=cache) for i in range(4, 7)] + [m(x[:, 7:], cache=cache)]
+    outs += [m(x[:, i : i + 1], cache=cache) for i in range(4, 7)] + [m(x[:, 7:], cache=cache)]
     assert cache.seq_len == 10
     assert_as_accurate_as_sdpa(torch.cat(outs, dim=1), m(x), sdpa_ref(m64, x64))
 

@@ -1,5 +1,6 @@
 """RoPE attention, the online softmax and MLA on a CUDA device (skipped without CUDA): the same equivalences as on
 the CPU, and half precision as close to a float64 ground truth as PyTorch's own kernels."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -32,7 +33,7 @@ def test_rope_cache_on_cuda(randomize):
     cache = m.make_cache(2, preallocate=True)
     with torch.no_grad():
         full = m(x)
-        stepped = torch.cat([m(x[:, :12], cache=cache)] + [m(x[:, t:t + 1], cache=cache) for t in range(12, 20)], 1)
+        stepped = torch.cat([m(x[:, :12], cache=cache)] + [m(x[:, t : t + 1], cache=cache) for t in range(12, 20)], 1)
     torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
 
 
@@ -43,7 +44,10 @@ def test_mla_absorbed_and_cached_on_cuda(randomize):
     with torch.no_grad():
         full = m(x)
         torch.testing.assert_close(m(x, absorb=True), full, atol=1e-4, rtol=1e-4)
-        stepped = torch.cat([m(x[:, :12], cache=cache, absorb=True)]
-                            + [m(x[:, t:t + 1], cache=cache, absorb=True) for t in range(12, 20)], 1)
+        stepped = torch.cat(
+            [m(x[:, :12], cache=cache, absorb=True)]
+            + [m(x[:, t : t + 1], cache=cache, absorb=True) for t in range(12, 20)],
+            1,
+        )
     torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
     assert cache.c_kv.device.type == "cuda"

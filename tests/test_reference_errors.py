@@ -1,4 +1,5 @@
 """Bad input raises a ValueError that names the problem; fully masked rows give zeros, not NaN."""
+
 import re
 
 import pytest
@@ -33,6 +34,7 @@ def gqa(**kw):
 
 # ---------------------------------------------------------------- constructor arguments
 
+
 def test_d_out_not_divisible_by_num_heads():
     with pytest.raises(ValueError, match=re.escape("d_out (6) and num_heads (4)")):
         GroupedQueryAttention(4, 6, 8, 0.0, 4, 2)
@@ -53,11 +55,15 @@ RANK_CASES = [torch.randn(5, 4), torch.randn(1, 2, 5, 4)]
 
 
 @pytest.mark.parametrize("x", RANK_CASES, ids=["2-D", "4-D"])
-@pytest.mark.parametrize("module", [
-    lambda: gqa(),
-    lambda: CausalAttention(4, 2, 6, 0.0),
-    lambda: MultiHeadAttentionWrapper(4, 2, 6, 0.0, 2),
-], ids=["gqa", "causal", "wrapper"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        lambda: gqa(),
+        lambda: CausalAttention(4, 2, 6, 0.0),
+        lambda: MultiHeadAttentionWrapper(4, 2, 6, 0.0, 2),
+    ],
+    ids=["gqa", "causal", "wrapper"],
+)
 def test_wrong_rank(x, module):
     with pytest.raises(ValueError, match=rf"shape \(batch, num_tokens, d_in=4\), got a {x.ndim}-D tensor"):
         module()(x)
@@ -68,13 +74,17 @@ def test_wrong_rank_hints_at_batch_axis():
         gqa()(torch.randn(5, 4))
 
 
-@pytest.mark.parametrize("module", [
-    lambda: gqa(),
-    lambda: CausalAttention(4, 2, 6, 0.0),
-    lambda: MultiHeadAttentionWrapper(4, 2, 6, 0.0, 2),
-    lambda: SelfAttention_v1(4, 2),
-    lambda: SelfAttention_v2(4, 2),
-], ids=["gqa", "causal", "wrapper", "v1", "v2"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        lambda: gqa(),
+        lambda: CausalAttention(4, 2, 6, 0.0),
+        lambda: MultiHeadAttentionWrapper(4, 2, 6, 0.0, 2),
+        lambda: SelfAttention_v1(4, 2),
+        lambda: SelfAttention_v2(4, 2),
+    ],
+    ids=["gqa", "causal", "wrapper", "v1", "v2"],
+)
 def test_wrong_feature_size(module):
     with pytest.raises(ValueError, match=r"x has 5 features in its last axis, but .*d_in=4"):
         module()(torch.randn(2, 3, 5))
@@ -120,16 +130,21 @@ def test_to_nn_multihead_refuses_grouped_kv():
 
 # ---------------------------------------------------------------- masks
 
-@pytest.mark.parametrize("mask,message", [
-    (torch.ones(2, 6, dtype=torch.bool), r"padding mask of shape \(2, 6\) does not fit.*num_keys=5"),
-    (torch.ones(3, 5, dtype=torch.bool), r"padding mask of shape \(3, 5\) does not fit.*batch=2"),
-    (torch.ones(2, 1, 4, 5, dtype=torch.bool), r"attention mask of shape \(2, 1, 4, 5\) does not fit"),
-    (torch.ones(2, 3, 5, 5, dtype=torch.bool), r"has 3 heads in axis 1; expected 1 \(broadcast\) or num_heads=4"),
-    (torch.ones(2, 5, 5, dtype=torch.bool), r"must be 2-D \(batch, num_keys\) or 4-D"),
-    (torch.ones(2, 5), r"mask must be bool \(True = hidden\), got dtype torch.float32"),
-    (torch.ones(2, 5, dtype=torch.int64), r"must be bool.*torch.int64"),
-    ([[True] * 5] * 2, "mask must be a bool torch.Tensor \\(True = hidden\\), got list"),
-], ids=["keys", "batch", "queries", "heads", "3-D", "float", "int", "list"])
+
+@pytest.mark.parametrize(
+    "mask,message",
+    [
+        (torch.ones(2, 6, dtype=torch.bool), r"padding mask of shape \(2, 6\) does not fit.*num_keys=5"),
+        (torch.ones(3, 5, dtype=torch.bool), r"padding mask of shape \(3, 5\) does not fit.*batch=2"),
+        (torch.ones(2, 1, 4, 5, dtype=torch.bool), r"attention mask of shape \(2, 1, 4, 5\) does not fit"),
+        (torch.ones(2, 3, 5, 5, dtype=torch.bool), r"has 3 heads in axis 1; expected 1 \(broadcast\) or num_heads=4"),
+        (torch.ones(2, 5, 5, dtype=torch.bool), r"must be 2-D \(batch, num_keys\) or 4-D"),
+        (torch.ones(2, 5), r"mask must be bool \(True = hidden\), got dtype torch.float32"),
+        (torch.ones(2, 5, dtype=torch.int64), r"must be bool.*torch.int64"),
+        ([[True] * 5] * 2, "mask must be a bool torch.Tensor \\(True = hidden\\), got list"),
+    ],
+    ids=["keys", "batch", "queries", "heads", "3-D", "float", "int", "list"],
+)
 @pytest.mark.parametrize("use_sdpa", [False, True])
 def test_bad_masks(mask, message, use_sdpa):
     with pytest.raises(ValueError, match=message):
@@ -153,6 +168,7 @@ def test_mask_helpers_reject_bad_arguments():
 
 # ---------------------------------------------------------------- KV caches
 
+
 def test_preallocated_cache_overflow():
     m = gqa(context_length=10)
     cache = m.make_cache(1, preallocate=True, max_len=4)
@@ -171,8 +187,9 @@ def test_cached_plus_new_beyond_context_length(preallocate):
         m(torch.randn(1, 3, 4), cache=cache)
 
 
-@pytest.mark.parametrize("cache", [lambda: GrowingKVCache(), lambda: PreallocatedKVCache(2, 2, 8, 3)],
-                         ids=["growing", "preallocated"])
+@pytest.mark.parametrize(
+    "cache", [lambda: GrowingKVCache(), lambda: PreallocatedKVCache(2, 2, 8, 3)], ids=["growing", "preallocated"]
+)
 def test_cache_rejects_mismatched_keys(cache):
     c = cache()
     c.update(torch.randn(2, 2, 1, 3), torch.randn(2, 2, 1, 3))
@@ -183,6 +200,7 @@ def test_cache_rejects_mismatched_keys(cache):
 
 
 # ---------------------------------------------------------------- fully masked rows
+
 
 def test_fully_masked_row_gives_zeros_like_sdpa():
     """A query whose keys are all hidden (e.g. a sequence that is all padding) has nothing to attend to.
@@ -226,6 +244,7 @@ def test_left_padding_with_causal_mask_has_no_nan(use_sdpa):
 
 
 # ---------------------------------------------------------------- device helper
+
 
 def test_env_var_forces_cpu(monkeypatch):
     monkeypatch.setenv(DEVICE_ENV_VAR, "cpu")

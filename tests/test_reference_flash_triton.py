@@ -3,6 +3,7 @@
 On the CPU the kernel runs in Triton's interpreter (small shapes: each program instance is NumPy code); with CUDA a
 second set runs the compiled kernel in float16 and bfloat16. Without triton (macOS, Windows) everything skips.
 """
+
 import math
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 flash_triton = pytest.importorskip("course_utils.reference.flash_triton")
-pytestmark = pytest.mark.skipif(not flash_triton.TRITON_AVAILABLE,
-                                reason="triton is not installed (it has wheels for Linux only)")
+pytestmark = pytest.mark.skipif(
+    not flash_triton.TRITON_AVAILABLE, reason="triton is not installed (it has wheels for Linux only)"
+)
 flash = flash_triton.flash_attention_triton
 
 
@@ -37,13 +39,16 @@ interpreted = pytest.mark.skipif(not flash_triton.INTERPRETED, reason="a CUDA GP
 
 @interpreted
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape, blocks", [
-    ((2, 3, 64, 16), (32, 32)),   # whole blocks
-    ((1, 2, 37, 32), (32, 16)),   # a tail in both the query and the key blocks; two key blocks per query block
-    ((1, 1, 5, 64), (16, 16)),    # shorter than one block
-    ((1, 2, 19, 80), (16, 16)),   # a head dim that is no power of two (padded to 128 inside)
-    ((1, 1, 17, 128), (16, 16)),
-])
+@pytest.mark.parametrize(
+    "shape, blocks",
+    [
+        ((2, 3, 64, 16), (32, 32)),  # whole blocks
+        ((1, 2, 37, 32), (32, 16)),  # a tail in both the query and the key blocks; two key blocks per query block
+        ((1, 1, 5, 64), (16, 16)),  # shorter than one block
+        ((1, 2, 19, 80), (16, 16)),  # a head dim that is no power of two (padded to 128 inside)
+        ((1, 1, 17, 128), (16, 16)),
+    ],
+)
 def test_matches_sdpa_and_logsumexp_in_float32(shape, blocks, causal):
     q, k, v = qkv(shape)
     out, lse = flash(q, k, v, causal=causal, block_m=blocks[0], block_n=blocks[1])
@@ -90,14 +95,17 @@ def test_backward_from_lse_matches_autograd():
         torch.testing.assert_close(got, leaf.grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda q, k, v: (q[0], k[0], v[0]), "shape"),
-    (lambda q, k, v: (q, k[:, :, :3], v), "one shape"),
-    (lambda q, k, v: (q, k.double(), v), "one dtype"),
-    (lambda q, k, v: (q.double(), k.double(), v.double()), "not supported"),
-    (lambda q, k, v: (torch.randn(1, 1, 4, 256),) * 3, "head_dim"),
-    (lambda q, k, v: ("q", k, v), "torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda q, k, v: (q[0], k[0], v[0]), "shape"),
+        (lambda q, k, v: (q, k[:, :, :3], v), "one shape"),
+        (lambda q, k, v: (q, k.double(), v), "one dtype"),
+        (lambda q, k, v: (q.double(), k.double(), v.double()), "not supported"),
+        (lambda q, k, v: (torch.randn(1, 1, 4, 256),) * 3, "head_dim"),
+        (lambda q, k, v: ("q", k, v), "torch.Tensor"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(change, message):
     q, k, v = qkv((1, 1, 4, 16))
     with pytest.raises(ValueError, match=message):
@@ -120,8 +128,10 @@ def test_bad_block_sizes_get_a_clear_error(blocks):
 
 # --- compiled, on a CUDA GPU --------------------------------------------------------------------------------
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available() or flash_triton.INTERPRETED,
-                          reason="needs a CUDA GPU (the compiled kernel); the interpreter's tests run instead")
+cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or flash_triton.INTERPRETED,
+    reason="needs a CUDA GPU (the compiled kernel); the interpreter's tests run instead",
+)
 
 
 @pytest.mark.cuda

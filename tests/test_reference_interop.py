@@ -1,5 +1,6 @@
 """copy_parameters: parameters only, by name, and a clear error when the modules do not match; mha_to_gqa keeps
 every constructor option."""
+
 import inspect
 
 import pytest
@@ -20,10 +21,13 @@ def test_copy_parameters_makes_modules_agree_and_leaves_buffers():
     assert dst.mask.shape == (12, 12)  # the buffer was not copied
 
 
-@pytest.mark.parametrize("dst, message", [
-    (cu.MultiHeadAttention(5, 8, 10, 0.0, num_heads=2, qkv_bias=True), "W_query.weight: source shape"),
-    (cu.MultiHeadAttention(6, 8, 10, 0.0, num_heads=2, qkv_bias=False), "parameter names differ"),
-])
+@pytest.mark.parametrize(
+    "dst, message",
+    [
+        (cu.MultiHeadAttention(5, 8, 10, 0.0, num_heads=2, qkv_bias=True), "W_query.weight: source shape"),
+        (cu.MultiHeadAttention(6, 8, 10, 0.0, num_heads=2, qkv_bias=False), "parameter names differ"),
+    ],
+)
 def test_copy_parameters_names_the_mismatch(dst, message):
     src = cu.MultiHeadAttention(6, 8, 10, 0.0, num_heads=2, qkv_bias=True)
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,5 @@
 """KV cache (KV 缓存): decoding token by token or in chunks equals one full forward pass."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,16 +17,19 @@ T, CTX, D_IN, D_OUT = 8, 10, 6, 12
 
 # (num_heads, num_kv_groups)
 HEADS = [pytest.param(6, 6, id="mha"), pytest.param(6, 2, id="gqa"), pytest.param(6, 1, id="mqa")]
-CHUNKINGS = [pytest.param([1] * T, id="token-by-token"), pytest.param([3, 1, 2, 2], id="chunks"),
-             pytest.param([5, 3], id="prefill+chunk")]
+CHUNKINGS = [
+    pytest.param([1] * T, id="token-by-token"),
+    pytest.param([3, 1, 2, 2], id="chunks"),
+    pytest.param([5, 3], id="prefill+chunk"),
+]
 
 
 def decode(m, x, chunks, cache, mask=None):
     """Feed x chunk by chunk through the cache; the padding mask covers all keys seen so far."""
     outs, start = [], 0
     for n in chunks:
-        seen = None if mask is None else mask[:, :start + n]
-        outs.append(m(x[:, start:start + n], mask=seen, cache=cache))
+        seen = None if mask is None else mask[:, : start + n]
+        outs.append(m(x[:, start : start + n], mask=seen, cache=cache))
         start += n
     assert cache.seq_len == start == x.shape[1]
     return torch.cat(outs, dim=1)

@@ -6,6 +6,7 @@ the RoPE-scaling formulas transcribed afresh in plain Python floats (Hugging Fac
 ``apply_scaling``). The functions take their cases as arguments so that tests/test_reference_long_context_mutants.py
 can run them against deliberately broken references.
 """
+
 import math
 
 import pytest
@@ -31,15 +32,18 @@ def hf_window_allow(num_queries, num_keys, window, num_sinks=0):
     return allow
 
 
-@pytest.mark.parametrize("num_queries, num_keys, window, num_sinks", [
-    (7, 7, 3, 0),     # the window does not divide T
-    (7, 7, 1, 0),     # only itself
-    (7, 7, 7, 0),     # window == T: plain causal
-    (5, 5, 9, 0),     # window > T
-    (3, 11, 4, 0),    # queries at the end of a longer key sequence (a cache)
-    (9, 9, 3, 2),     # with two sinks
-    (1, 12, 5, 1),    # one decoding query, one sink
-])
+@pytest.mark.parametrize(
+    "num_queries, num_keys, window, num_sinks",
+    [
+        (7, 7, 3, 0),  # the window does not divide T
+        (7, 7, 1, 0),  # only itself
+        (7, 7, 7, 0),  # window == T: plain causal
+        (5, 5, 9, 0),  # window > T
+        (3, 11, 4, 0),  # queries at the end of a longer key sequence (a cache)
+        (9, 9, 3, 2),  # with two sinks
+        (1, 12, 5, 1),  # one decoding query, one sink
+    ],
+)
 def test_sliding_window_mask_is_huggingface_rule(num_queries, num_keys, window, num_sinks):
     hide = sw.sliding_window_mask(num_queries, num_keys, window=window, num_sinks=num_sinks)
     assert hide.dtype == torch.bool and hide.shape == (num_queries, num_keys)
@@ -77,9 +81,9 @@ def decode_with_ring_cache(q, k, v, window, num_sinks, chunks):
     outs, start = [], 0
     for n in chunks:
         positions = cache.next_positions(n)
-        q_new = rope(q[:, :, start:start + n], positions)
-        k_new = rope(k[:, :, start:start + n], positions)
-        keys, values = cache.update(k_new, v[:, :, start:start + n])
+        q_new = rope(q[:, :, start : start + n], positions)
+        k_new = rope(k[:, :, start : start + n], positions)
+        keys, values = cache.update(k_new, v[:, :, start : start + n])
         hide = sw.sliding_window_mask_at(positions, cache.key_positions, window=window, num_sinks=num_sinks)
         outs.append(attend(q_new, keys, values, hide)[0])
         start += n
@@ -94,12 +98,12 @@ def full_recompute(q, k, v, window, num_sinks):
 
 
 RING_CASES = [  # window, num_sinks, chunks
-    (4, 0, [1] * 15),           # decode only: the ring wraps three times
-    (5, 0, [11, 1, 1, 3, 1]),   # prefill longer than the window, then decode and a chunk
-    (3, 2, [1] * 14),           # sinks, decode only
-    (4, 2, [9, 2, 1, 1, 4]),    # sinks, prefill past sinks + window
-    (6, 0, [2, 2, 2, 2, 2, 1]), # chunks that do not divide the window
-    (3, 3, [2, 2, 1, 5, 1, 1]), # a chunk that straddles the last sink and the ring
+    (4, 0, [1] * 15),  # decode only: the ring wraps three times
+    (5, 0, [11, 1, 1, 3, 1]),  # prefill longer than the window, then decode and a chunk
+    (3, 2, [1] * 14),  # sinks, decode only
+    (4, 2, [9, 2, 1, 1, 4]),  # sinks, prefill past sinks + window
+    (6, 0, [2, 2, 2, 2, 2, 1]),  # chunks that do not divide the window
+    (3, 3, [2, 2, 1, 5, 1, 1]),  # a chunk that straddles the last sink and the ring
 ]
 
 
@@ -183,16 +187,21 @@ def test_layer_windows_and_cache_bytes():
     assert sw.sliding_window_cache_bytes(windows, 8, 128, short) == all_global
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda: sw.sliding_window_mask(4, window=0), "window must be a positive int"),
-    (lambda: sw.sliding_window_mask(5, 3, window=2), "cannot follow"),
-    (lambda: sw.RingKVCache(1, 1, None, 4), "needs a window"),
-    (lambda: sw.RingKVCache(1, 2, 3, 4).update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4)), "num_kv_heads=2"),
-    (lambda: sw.attend_with_sink_logit(*(torch.randn(1, 2, 3, 4) for _ in range(3)), torch.zeros(3)),
-     "one logit per head"),
-    (lambda: rs.yarn_inv_freq(8, factor=0.5, original_max_position_embeddings=64), "factor must be a number >= 1"),
-    (lambda: rs.scaled_rope_cos_sin(torch.tensor([0.5]), torch.ones(2)), "positions must be integers"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda: sw.sliding_window_mask(4, window=0), "window must be a positive int"),
+        (lambda: sw.sliding_window_mask(5, 3, window=2), "cannot follow"),
+        (lambda: sw.RingKVCache(1, 1, None, 4), "needs a window"),
+        (lambda: sw.RingKVCache(1, 2, 3, 4).update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4)), "num_kv_heads=2"),
+        (
+            lambda: sw.attend_with_sink_logit(*(torch.randn(1, 2, 3, 4) for _ in range(3)), torch.zeros(3)),
+            "one logit per head",
+        ),
+        (lambda: rs.yarn_inv_freq(8, factor=0.5, original_max_position_embeddings=64), "factor must be a number >= 1"),
+        (lambda: rs.scaled_rope_cos_sin(torch.tensor([0.5]), torch.ones(2)), "positions must be integers"),
+    ],
+)
 def test_bad_input_is_named(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
@@ -208,6 +217,7 @@ def theta(d, base):
 def hf_yarn(d, base, s, L, beta_fast=32, beta_slow=1):
     def dim(rot):
         return d * math.log(L / (rot * 2 * math.pi)) / (2 * math.log(base))
+
     low, high = max(math.floor(dim(beta_fast)), 0), min(math.ceil(dim(beta_slow)), d - 1)
     out = []
     for i, t in enumerate(theta(d, base)):
@@ -292,4 +302,4 @@ def test_attention_factor_scales_scores_by_its_square():
     scaled = rs.scaled_rope_cos_sin(torch.arange(5), inv_freq, factor, dtype=torch.float64)
     s_plain = apply_rope(q, *plain) @ apply_rope(k, *plain).transpose(-2, -1)
     s_scaled = apply_rope(q, *scaled) @ apply_rope(k, *scaled).transpose(-2, -1)
-    torch.testing.assert_close(s_scaled, factor ** 2 * s_plain, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(s_scaled, factor**2 * s_plain, atol=1e-12, rtol=1e-12)

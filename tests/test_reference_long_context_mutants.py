@@ -1,5 +1,6 @@
 """The long-context tests can fail: each classic mistake of tests/grader_cases/long_context.py, patched into
 ``course_utils.reference.sliding_window`` (undone after the test), makes the reference tests raise AssertionError."""
+
 import pytest
 import test_reference_long_context as lc
 from grader_cases.long_context import MUTANTS

@@ -1,5 +1,6 @@
 """Multi-head latent attention (多头潜在注意力): against SDPA on explicitly built per-head keys, the absorbed form
 against the explicit one, the latent cache against the full pass, and the cache's bytes."""
+
 import re
 
 import pytest
@@ -60,16 +61,20 @@ def test_mla_matches_sdpa_on_explicit_keys(d_in, d_out, nh, dc, r, dq, absorb, r
         close(m(x, absorb=absorb), sdpa_mla(m, x))
 
 
-CHUNKINGS = [pytest.param([1] * T, id="token-by-token"), pytest.param([4, 1, 3, 1], id="chunks"),
-             pytest.param([6, 3], id="prefill+chunk")]
+CHUNKINGS = [
+    pytest.param([1] * T, id="token-by-token"),
+    pytest.param([4, 1, 3, 1], id="chunks"),
+    pytest.param([6, 3], id="prefill+chunk"),
+]
 
 
 @pytest.mark.parametrize("d_in,d_out,nh,dc,r,dq", SHAPES)
 @pytest.mark.parametrize("chunks", CHUNKINGS)
 @pytest.mark.parametrize("preallocate", [False, True])
 @pytest.mark.parametrize("absorb", [False, True], ids=["explicit", "absorbed"])
-def test_cached_decoding_equals_the_full_pass(d_in, d_out, nh, dc, r, dq, chunks, preallocate, absorb, randomize,
-                                              close):
+def test_cached_decoding_equals_the_full_pass(
+    d_in, d_out, nh, dc, r, dq, chunks, preallocate, absorb, randomize, close
+):
     m = build(d_in, d_out, nh, dc, r, dq, randomize)
     x = torch.randn(2, T, d_in, dtype=torch.float64)
     cache = m.make_cache(2, preallocate=preallocate)
@@ -77,7 +82,7 @@ def test_cached_decoding_equals_the_full_pass(d_in, d_out, nh, dc, r, dq, chunks
     with torch.no_grad():
         full = m(x)  # explicit, no cache
         for n in chunks:
-            outs.append(m(x[:, start:start + n], cache=cache, absorb=absorb))
+            outs.append(m(x[:, start : start + n], cache=cache, absorb=absorb))
             start += n
         close(torch.cat(outs, dim=1), full)
         # the cache holds the latents and the rotated shared key, nothing per head
@@ -93,7 +98,7 @@ def test_absorbed_weights_fold_the_up_projections(randomize, close):
     q = torch.randn(4, 4, dtype=torch.float64)  # one query per head, head_dim 4
     k = (c @ m.W_uk.weight.T).view(5, 4, 4)  # (tokens, heads, hd)
     close(torch.einsum("hd,thd->ht", q, k), torch.einsum("hc,tc->ht", torch.einsum("hd,hdc->hc", q, w_uk), c))
-    v = (c @ m.W_uv.weight.T)  # (tokens, nh * hd)
+    v = c @ m.W_uv.weight.T  # (tokens, nh * hd)
     close(v @ m.out_proj.weight.T, torch.einsum("tc,ohc->to", c, w_out))  # sum over heads of W_o,h W_uv,h c
     assert w_uk.shape == w_uv.shape == (4, 4, 8) and w_out.shape == (16, 4, 8)
 
@@ -123,6 +128,7 @@ def test_low_precision_absorbed_close_to_float64(randomize):
 
 
 # ---------------------------------------------------------------- cache bytes
+
 
 @pytest.mark.parametrize("preallocate", [False, True])
 def test_cache_bytes_match_the_formula_and_beat_mha(preallocate, randomize):
@@ -162,6 +168,7 @@ def test_growing_cache_reset_and_preallocated_overflow():
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_errors_name_the_problem():
     with pytest.raises(ValueError, match=re.escape("d_out (10) and num_heads (4)")):

@@ -3,6 +3,7 @@
 Each test patches one deliberate mistake into ``course_utils.multihead`` (undone after the test) and runs
 the real test functions from the other files, which must then raise AssertionError.
 """
+
 import math
 
 import pytest

@@ -1,5 +1,6 @@
 """Online softmax (在线 softmax) attention, tile by tile: equal to F.scaled_dot_product_attention for every block size,
 causal or not, with masks, in float64/float32/bfloat16; its log-sum-exp; fully masked rows; peak memory."""
+
 import math
 import re
 
@@ -53,8 +54,11 @@ def test_lower_precision_is_as_close_to_float64_as_sdpa(dtype, causal):
     out, lse = online_softmax_attention(q.to(dtype), k.to(dtype), v.to(dtype), block_size=8, causal=causal)
     assert out.dtype == dtype and lse.dtype == torch.float32  # accumulated in float32, like FlashAttention
     assert_close(out.double(), truth, dtype=dtype)
-    sdpa_error = (F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=causal).double()
-                  - truth).abs().max()
+    sdpa_error = (
+        (F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=causal).double() - truth)
+        .abs()
+        .max()
+    )
     assert (out.double() - truth).abs().max() <= 2 * sdpa_error + 1e-6
 
 
@@ -106,8 +110,9 @@ def test_lse_recomputes_the_weights_of_any_tile():
     q, k, v = inputs(2, 2, 10, 10, 8)
     _, lse = online_softmax_attention(q, k, v, block_size=4, causal=True)
     scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~causal_allow(10, 10), float("-inf"))
-    torch.testing.assert_close(torch.exp(scores[..., 4:8, 0:4] - lse[..., 4:8, None]),
-                               torch.softmax(scores, dim=-1)[..., 4:8, 0:4])
+    torch.testing.assert_close(
+        torch.exp(scores[..., 4:8, 0:4] - lse[..., 4:8, None]), torch.softmax(scores, dim=-1)[..., 4:8, 0:4]
+    )
 
 
 def test_gradients_equal_sdpa():
@@ -126,6 +131,7 @@ def test_custom_scale_and_three_dim_inputs():
 
 
 # ---------------------------------------------------------------- memory
+
 
 def naive_attention(q, k, v):
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # (..., T, T)
@@ -158,6 +164,7 @@ def test_memory_tracker_counts_views_once_and_frees():
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_errors_name_the_problem():
     q, k, v = inputs(1, 2, 4, 6, 8)

@@ -2,6 +2,7 @@
 simulated over 1-5 ranks, causal or not, contiguous or zigzag, lengths no world size divides, its gradients; the
 all-gather and Ulysses variants; the zigzag layout's balance; and one real ring of gloo processes on loopback whose
 bytes sent match the formula."""
+
 import math
 import multiprocessing
 
@@ -49,8 +50,10 @@ def test_simulated_ring_equals_sdpa(seq_len, world_size, causal, layout):
     torch.testing.assert_close(lse, reference_lse(q, k, causal))
 
 
-@pytest.mark.parametrize("world_size,causal,layout", [(3, True, "zigzag"), (4, True, "contiguous"),
-                                                      (5, False, "zigzag"), (2, False, "contiguous")])
+@pytest.mark.parametrize(
+    "world_size,causal,layout",
+    [(3, True, "zigzag"), (4, True, "contiguous"), (5, False, "zigzag"), (2, False, "contiguous")],
+)
 def test_gradients_through_the_simulated_ring(world_size, causal, layout):
     q, k, v = qkv(23, requires_grad=True)
     out, lse = ring_attention_simulated(q, k, v, world_size, causal=causal, layout=layout)
@@ -106,12 +109,15 @@ def test_byte_formulas():
         comm_bytes_per_rank("ulysses", world_size=3, **kw)
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: chunk_positions(5, 3, "zigzag"), "cannot be cut into 6"),
-    (lambda: chunk_positions(8, 2, "striped"), "layout must be one of"),
-    (lambda: ring_attention_simulated(*qkv(8)[:2], torch.randn(1, 8, 5), 2), "same leading axes"),
-    (lambda: ulysses_attention_simulated(*qkv(8, heads=3), 2), "H divisible by world_size=2"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: chunk_positions(5, 3, "zigzag"), "cannot be cut into 6"),
+        (lambda: chunk_positions(8, 2, "striped"), "layout must be one of"),
+        (lambda: ring_attention_simulated(*qkv(8)[:2], torch.randn(1, 8, 5), 2), "same leading axes"),
+        (lambda: ulysses_attention_simulated(*qkv(8, heads=3), 2), "H divisible by world_size=2"),
+    ],
+)
 def test_bad_input_is_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -144,6 +150,7 @@ def _silent_right_neighbour(q, k, v, seq_len, causal, layout, timeout_s):
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method")
 def test_a_stuck_ring_is_named_by_a_timeout_not_a_hang(monkeypatch):
     from course_utils.reference import ring_attention
+
     monkeypatch.setitem(ring_attention.RANK_FUNCTIONS, "silent", _silent_right_neighbour)  # forked children see it
     with pytest.raises(Exception, match=r"rank 0: ring step 0 did not complete in 1 s"):
         ring_attention.run_local(2, 16, "silent", timeout_s=1, start_method="fork")

@@ -1,5 +1,6 @@
 """RoPE (旋转位置编码): against complex multiplication, the relative-position property, the two layouts and their
 conversion, and RoPE inside GroupedQueryAttention with the KV cache (cached decoding == the full pass)."""
+
 import re
 
 import pytest
@@ -30,14 +31,19 @@ LAYOUTS = [pytest.param(False, id="rotate-half"), pytest.param(True, id="interle
 
 # ---------------------------------------------------------------- the rotation itself
 
+
 @pytest.mark.parametrize("interleaved", LAYOUTS)
 @pytest.mark.parametrize("head_dim,base", [(2, 10000.0), (8, 10000.0), (16, 500000.0), (6, 100.0)])
 def test_rope_equals_complex_multiplication(interleaved, head_dim, base):
     x = torch.randn(2, 3, 7, head_dim, dtype=torch.float64)  # (B, heads, T, hd)
     positions = torch.tensor([0, 1, 2, 5, 17, 100, 4095])
     cos, sin = rope_cos_sin(positions, head_dim, base, interleaved=interleaved, dtype=torch.float64)
-    torch.testing.assert_close(apply_rope(x, cos, sin, interleaved=interleaved),
-                               complex_rope(x, positions, base, interleaved), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        apply_rope(x, cos, sin, interleaved=interleaved),
+        complex_rope(x, positions, base, interleaved),
+        atol=1e-6,
+        rtol=1e-6,
+    )
 
 
 def test_inv_freq_and_tables():
@@ -97,6 +103,7 @@ def test_scores_depend_only_on_the_relative_position(interleaved, shift):
 
 # ---------------------------------------------------------------- the two layouts
 
+
 def test_layout_conversion_is_a_permutation_and_inverts():
     x = torch.arange(8.0)
     assert interleaved_to_half(x).tolist() == [0.0, 2.0, 4.0, 6.0, 1.0, 3.0, 5.0, 7.0]
@@ -109,8 +116,9 @@ def test_layout_conversion_is_a_permutation_and_inverts():
 def test_rotate_half_of_converted_features_equals_converted_interleaved(head_dim):
     x = torch.randn(2, 5, head_dim, dtype=torch.float64)
     positions = torch.arange(3, 8)
-    torch.testing.assert_close(rope(interleaved_to_half(x), positions),
-                               interleaved_to_half(rope(x, positions, interleaved=True)))
+    torch.testing.assert_close(
+        rope(interleaved_to_half(x), positions), interleaved_to_half(rope(x, positions, interleaved=True))
+    )
     # without the conversion the layouts disagree (for head_dim > 2): the pairing is a real choice
     if head_dim > 2:
         assert not torch.allclose(rope(x, positions), rope(x, positions, interleaved=True), atol=1e-3)
@@ -137,6 +145,7 @@ def test_converting_a_checkpoint_permutes_query_and_key_rows_per_head(randomize)
 
 # ---------------------------------------------------------------- RoPE in GroupedQueryAttention
 
+
 def sdpa_rope_attention(m, x, positions):
     """m's function with RoPE, from m's parameters: complex-number RoPE on Q and K (not V), then SDPA."""
     b, t, _ = x.shape
@@ -150,23 +159,37 @@ def sdpa_rope_attention(m, x, positions):
 
 
 # (d_in, d_out, num_heads, num_kv_groups): d_in < d_out, d_in > d_out, MHA, GQA, MQA
-SHAPES = [pytest.param(6, 16, 4, 4, id="mha-din<dout"), pytest.param(20, 16, 4, 2, id="gqa-din>dout"),
-          pytest.param(8, 24, 6, 1, id="mqa"), pytest.param(5, 12, 3, 3, id="hd4")]
+SHAPES = [
+    pytest.param(6, 16, 4, 4, id="mha-din<dout"),
+    pytest.param(20, 16, 4, 2, id="gqa-din>dout"),
+    pytest.param(8, 24, 6, 1, id="mqa"),
+    pytest.param(5, 12, 3, 3, id="hd4"),
+]
 
 
 @pytest.mark.parametrize("d_in,d_out,nh,ng", SHAPES)
 @pytest.mark.parametrize("use_sdpa", [False, True])
 def test_rope_attention_matches_complex_rope_and_sdpa(d_in, d_out, nh, ng, use_sdpa, randomize, close):
-    m = randomize(GroupedQueryAttention(d_in, d_out, 12, 0.0, nh, ng, qkv_bias=True, rope=True, rope_base=100.0,
-                                        use_sdpa=use_sdpa)).double().eval()
+    m = (
+        randomize(
+            GroupedQueryAttention(
+                d_in, d_out, 12, 0.0, nh, ng, qkv_bias=True, rope=True, rope_base=100.0, use_sdpa=use_sdpa
+            )
+        )
+        .double()
+        .eval()
+    )
     x = torch.randn(3, 9, d_in, dtype=torch.float64)  # batch 3, 9 tokens < context_length 12
     with torch.no_grad():
         close(m(x), sdpa_rope_attention(m, x, torch.arange(9)))
 
 
 T, CTX = 9, 12
-CHUNKINGS = [pytest.param([1] * T, id="token-by-token"), pytest.param([4, 1, 3, 1], id="chunks"),
-             pytest.param([6, 3], id="prefill+chunk")]
+CHUNKINGS = [
+    pytest.param([1] * T, id="token-by-token"),
+    pytest.param([4, 1, 3, 1], id="chunks"),
+    pytest.param([6, 3], id="prefill+chunk"),
+]
 
 
 @pytest.mark.parametrize("d_in,d_out,nh,ng", SHAPES)
@@ -181,7 +204,7 @@ def test_cached_rope_decoding_equals_the_full_pass(d_in, d_out, nh, ng, chunks, 
     with torch.no_grad():
         full = m(x)
         for n in chunks:
-            outs.append(m(x[:, start:start + n], cache=cache))
+            outs.append(m(x[:, start : start + n], cache=cache))
             start += n
     close(torch.cat(outs, dim=1), full)
     # the cache holds keys already rotated to their positions, and values never rotated
@@ -229,11 +252,13 @@ def test_rope_in_bfloat16_is_close_to_float64(randomize):
     x = torch.randn(2, T, 6, dtype=torch.float64)
     with torch.no_grad():
         expected = m(x)
-        torch.testing.assert_close(low(x.bfloat16()).double(), expected, atol=0.05 * expected.abs().max().item(),
-                                   rtol=0.05)
+        torch.testing.assert_close(
+            low(x.bfloat16()).double(), expected, atol=0.05 * expected.abs().max().item(), rtol=0.05
+        )
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_rope_errors():
     with pytest.raises(ValueError, match=re.escape("head_dim = d_out // num_heads = 3 must be even")):

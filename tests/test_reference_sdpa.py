@@ -3,6 +3,7 @@
 Several heads, d_in smaller and larger than d_out, sequences shorter than context_length, batch > 1,
 with and without qkv bias; float64 tight, float32 and bfloat16 with looser tolerances.
 """
+
 import math
 
 import pytest
@@ -42,6 +43,7 @@ GQA_SHAPES = [
 
 
 # ---------------------------------------------------------------- single head
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_simple_self_attention_is_unscaled_sdpa(dtype, close):
@@ -83,8 +85,9 @@ def test_causal_attention_equals_sdpa(b, t, ctx, d_in, d_out, bias, dtype, close
 def test_wrapper_equals_per_head_sdpa_and_wrapper_to_mha(bias, d_in, d_head, num_heads, close, randomize):
     wrapper = randomize(MultiHeadAttentionWrapper(d_in, d_head, 8, 0.0, num_heads, qkv_bias=bias)).double()
     x = torch.randn(2, 6, d_in, dtype=torch.float64)
-    heads = [F.scaled_dot_product_attention(h.W_query(x), h.W_key(x), h.W_value(x), is_causal=True)
-             for h in wrapper.heads]
+    heads = [
+        F.scaled_dot_product_attention(h.W_query(x), h.W_key(x), h.W_value(x), is_causal=True) for h in wrapper.heads
+    ]
     out = wrapper(x)
     assert out.shape == (2, 6, num_heads * d_head)
     close(out, torch.cat(heads, dim=-1))
@@ -94,6 +97,7 @@ def test_wrapper_equals_per_head_sdpa_and_wrapper_to_mha(bias, d_in, d_head, num
 
 
 # ---------------------------------------------------------------- multi-head
+
 
 @pytest.mark.parametrize("b,t,ctx,d_in,d_out,nh,bias", MHA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -159,6 +163,7 @@ def test_return_weights_are_the_softmax_rows(randomize):
 
 # ---------------------------------------------------------------- grouped K/V heads
 
+
 @pytest.mark.parametrize("n_kv,n_rep", [(1, 4), (2, 3), (3, 1), (4, 2)])
 def test_repeat_kv_equals_repeat_interleave(n_kv, n_rep):
     x = torch.randn(2, n_kv, 5, 3)
@@ -187,19 +192,22 @@ def test_query_head_reads_its_kv_group(nh, ng, use_sdpa):
 
 # ---------------------------------------------------------------- cross-attention
 
+
 @pytest.mark.parametrize("sq,sk", [(3, 7), (6, 2)])
 @pytest.mark.parametrize("nh,ng", [(4, 4), (4, 2), (4, 1)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_cross_attention_equals_sdpa(sq, sk, nh, ng, dtype, close, randomize, sdpa_ref):
     d_in, d_ctx, d_out = 5, 9, 8
-    m = randomize(GroupedQueryAttention(d_in, d_out, 8, 0.0, nh, ng, qkv_bias=True, causal=False,
-                                        d_context=d_ctx)).to(dtype)
+    m = randomize(GroupedQueryAttention(d_in, d_out, 8, 0.0, nh, ng, qkv_bias=True, causal=False, d_context=d_ctx)).to(
+        dtype
+    )
     x, ctx = torch.randn(2, sq, d_in, dtype=dtype), torch.randn(2, sk, d_ctx, dtype=dtype)
     out = m(x, ctx)
     assert out.shape == (2, sq, d_out)
     close(out, sdpa_ref(m, x, ctx))
-    fused = GroupedQueryAttention(d_in, d_out, 8, 0.0, nh, ng, qkv_bias=True, causal=False, d_context=d_ctx,
-                                  use_sdpa=True).to(dtype)
+    fused = GroupedQueryAttention(
+        d_in, d_out, 8, 0.0, nh, ng, qkv_bias=True, causal=False, d_context=d_ctx, use_sdpa=True
+    ).to(dtype)
     fused.load_state_dict(m.state_dict())
     close(fused(x, ctx), out)
 
@@ -214,17 +222,18 @@ def test_cross_attention_equals_nn_multihead_kdim_vdim(d_in, d_ctx, d_out, bias,
     if not same:
         assert (torch_mha.kdim, torch_mha.vdim) == (d_ctx, d_ctx)
     lengths = [6, 3, 1]
-    expected, _ = torch_mha(x if same else m.W_query(x), ctx, ctx, key_padding_mask=padding_mask(lengths, 6),
-                            need_weights=False)
+    expected, _ = torch_mha(
+        x if same else m.W_query(x), ctx, ctx, key_padding_mask=padding_mask(lengths, 6), need_weights=False
+    )
     close(m(x, ctx, mask=padding_mask(lengths, 6)), expected)
 
 
 # ---------------------------------------------------------------- padding masks
 
+
 @pytest.mark.parametrize("b,t,ctx,d_in,d_out,nh,ng,bias", GQA_SHAPES)
 @pytest.mark.parametrize("use_sdpa", [False, True])
-def test_padding_masks_2d_and_4d_equal_sdpa(b, t, ctx, d_in, d_out, nh, ng, bias, use_sdpa, close, randomize,
-                                            sdpa_ref):
+def test_padding_masks_2d_and_4d_equal_sdpa(b, t, ctx, d_in, d_out, nh, ng, bias, use_sdpa, close, randomize, sdpa_ref):
     m = randomize(GroupedQueryAttention(d_in, d_out, ctx, 0.0, nh, ng, qkv_bias=bias, use_sdpa=use_sdpa)).double()
     x = torch.randn(b, t, d_in, dtype=torch.float64)
     lengths = torch.tensor([t - 2 * i for i in range(b)])
@@ -244,13 +253,19 @@ def test_mha_padding_equals_nn_multihead_key_padding_mask(d_in, d_out, close, ra
     x = torch.randn(3, 6, d_in, dtype=torch.float64)
     lengths = [6, 4, 2]
     torch_mha = to_nn_multihead(mha).eval()
-    expected, _ = torch_mha(x if d_in == d_out else mha.W_query(x), x, x,
-                            attn_mask=torch.ones(6, 6, dtype=torch.bool).triu(1),
-                            key_padding_mask=padding_mask(lengths, 6), need_weights=False)
+    expected, _ = torch_mha(
+        x if d_in == d_out else mha.W_query(x),
+        x,
+        x,
+        attn_mask=torch.ones(6, 6, dtype=torch.bool).triu(1),
+        key_padding_mask=padding_mask(lengths, 6),
+        need_weights=False,
+    )
     close(mha(x, mask=padding_mask(lengths, 6)), expected)
 
 
 # ---------------------------------------------------------------- gradients
+
 
 @pytest.mark.parametrize("nh,ng", [(4, 4), (4, 2)])
 def test_backward_matches_sdpa(nh, ng, close, randomize, sdpa_ref):
@@ -275,6 +290,7 @@ def test_attend_equals_sdpa_with_mask(close):
 
 
 # ---------------------------------------------------------------- half precision
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_attend_in_half_precision_accumulates_in_float32(dtype):

@@ -3,6 +3,7 @@ that expose index bugs (blocks handed out in reverse, lengths that do not fill a
 sequences); split-K against SDPA and the log-sum-exp for chunks that do not divide the keys.
 
 The mutants in tests/grader_cases/serving.py must each make one of these tests fail (test_serving_mutants.py)."""
+
 import math
 
 import pytest
@@ -40,6 +41,7 @@ def sdpa_decode(query, keys, values):
 
 
 # --- the paged cache stores what a contiguous cache stores ------------------------------------------------
+
 
 @pytest.mark.parametrize("block_size", [1, 3, 4, 16])
 @pytest.mark.parametrize("chunks", [[11], [1] * 9, [5, 1, 6, 2]])
@@ -86,10 +88,12 @@ def test_interleaved_sequences_scatter_their_blocks():
         torch.testing.assert_close(got_v, torch.cat(vs, dim=1), atol=0, rtol=0)
     # the blocks of 'a' are not adjacent: other sequences took blocks in between
     assert cache.block_tables["a"] != sorted(cache.block_tables["a"]) or any(
-        b - a != 1 for a, b in zip(cache.block_tables["a"], cache.block_tables["a"][1:], strict=True))
+        b - a != 1 for a, b in zip(cache.block_tables["a"], cache.block_tables["a"][1:], strict=True)
+    )
 
 
 # --- prefix sharing and copy-on-write ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("prefix_len", [6, 8])  # 6: the shared last block is half full; 8: it is full
 def test_fork_shares_blocks_and_copies_on_write(prefix_len):
@@ -206,6 +210,7 @@ def test_bad_input_is_named():
 
 # --- decoding through the block tables, with continuous batching -----------------------------------------
 
+
 def test_paged_attention_equals_sdpa_with_an_explicit_mask():
     """A batch of different lengths, padded into one (B, h, max_len, hd) tensor and masked for SDPA, to 1e-10."""
     cache = new_cache(num_blocks=20, block_size=4)
@@ -218,8 +223,9 @@ def test_paged_attention_equals_sdpa_with_an_explicit_mask():
         values.append(F.pad(v, (0, 0, 0, 16 - n)))
     query = torch.randn(4, 6, HEAD_DIM, dtype=torch.float64)  # 6 query heads on 2 K/V heads
     allow = (torch.arange(16)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]  # (B, 1, 1, 16)
-    expected = F.scaled_dot_product_attention(query[:, :, None], torch.stack(keys), torch.stack(values),
-                                              attn_mask=allow, enable_gqa=True)[:, :, 0]
+    expected = F.scaled_dot_product_attention(
+        query[:, :, None], torch.stack(keys), torch.stack(values), attn_mask=allow, enable_gqa=True
+    )[:, :, 0]
     torch.testing.assert_close(paged_attention(query, cache, [0, 1, 2, 3]), expected, atol=1e-10, rtol=1e-10)
 
 
@@ -247,7 +253,7 @@ def test_continuous_batching_equals_one_contiguous_cache_per_sequence():
             own[name].update(k[None], v[None])
         got = paged_attention(query, cache, names)
         for row, name in enumerate(names):
-            full_k, full_v = own[name].keys[0, :, :own[name].seq_len], own[name].values[0, :, :own[name].seq_len]
+            full_k, full_v = own[name].keys[0, :, : own[name].seq_len], own[name].values[0, :, : own[name].seq_len]
             torch.testing.assert_close(got[row], sdpa_decode(query[row], full_k, full_v), atol=1e-10, rtol=1e-10)
     assert set(own) == {"c", "d"}
 
@@ -286,6 +292,7 @@ def test_wasted_slots_against_a_preallocated_cache():
 
 # --- split-K ----------------------------------------------------------------------------------------------
 
+
 def expected_lse(q, k, allow=None):
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if allow is not None:
@@ -310,8 +317,7 @@ def test_split_k_with_a_mask_and_a_fully_hidden_chunk():
     lengths = torch.tensor([20, 4, 11])  # sequence 1 has keys in the first of 4 chunks of 5 only
     allow = (torch.arange(20)[None, :] < lengths[:, None])[:, None, None, :]
     out, lse = split_k_attention(q, k, v, num_splits=4, mask=~allow)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allow), atol=1e-10,
-                               rtol=1e-10)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allow), atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(lse, expected_lse(q, k, allow), atol=1e-10, rtol=1e-10)
 
 
@@ -367,6 +373,7 @@ def test_split_k_bad_input():
 
 # --- speculative decoding's verify step: several queries per sequence, and the rollback ---------------------
 
+
 def test_paged_attention_scores_draft_tokens_in_one_pass():
     """3 draft tokens per sequence in one call == SDPA with an explicit bottom-right causal mask, and == 3 steps."""
     cache = new_cache(num_blocks=20, block_size=4)
@@ -381,8 +388,9 @@ def test_paged_attention_scores_draft_tokens_in_one_pass():
     query = torch.randn(3, 4, 3, HEAD_DIM, dtype=torch.float64)
     q_pos = torch.tensor(lengths)[:, None] - 3 + torch.arange(3)  # (B, 3) positions of the drafts
     allow = (torch.arange(13)[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, 3, 13)
-    expected = F.scaled_dot_product_attention(query, torch.stack(keys), torch.stack(values), attn_mask=allow,
-                                              enable_gqa=True)
+    expected = F.scaled_dot_product_attention(
+        query, torch.stack(keys), torch.stack(values), attn_mask=allow, enable_gqa=True
+    )
     got = paged_attention(query, cache, [0, 1, 2])
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
     # the same as three one-token steps on truncated copies

@@ -2,6 +2,7 @@
 
 How twins are made and kept current is in authoring/twins.py's docstring; `make twins` does it.
 """
+
 import copy
 import json
 import re
@@ -21,12 +22,16 @@ LATIN = re.compile(r"[A-Za-z]")
 _HAN = CJK.pattern
 # a paragraph's line ending in a Chinese character and the next line going on with one, emphasis marks aside (lists,
 # tables, headings, HTML and code start new blocks and do not count)
-WRAPPED = re.compile(rf"^(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.|```|\$\$)).*{_HAN}[*_`]*\n"
-                     rf"(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.\s|```|\$\$))[ \t]*[*_`]*{_HAN}",
-                     re.M)
+WRAPPED = re.compile(
+    rf"^(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.|```|\$\$)).*{_HAN}[*_`]*\n"
+    rf"(?![ \t]*(?:[-+|#<>]|\*\s|\d+\.\s|```|\$\$))[ \t]*[*_`]*{_HAN}",
+    re.M,
+)
 # what is not prose: fenced code, inline code, math, link targets, HTML tags, URLs
-NOT_PROSE = [re.compile(p, re.S) for p in (r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]+\$",
-                                           r"\]\([^)]*\)", r"<[^>\n]+>", r"https?://\S+")]
+NOT_PROSE = [
+    re.compile(p, re.S)
+    for p in (r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]+\$", r"\]\([^)]*\)", r"<[^>\n]+>", r"https?://\S+")
+]
 
 
 def prose(markdown: str) -> str:
@@ -58,8 +63,11 @@ def test_twin_prose_is_chinese(path):
     cjk = sum(len(CJK.findall(prose("".join(c["source"])))) for c in cells)
     latin = sum(len(LATIN.findall(prose("".join(c["source"])))) for c in cells)
     assert cjk > latin, f"{path.name}: {cjk} Chinese characters, {latin} Latin letters in its prose"
-    english = [c["id"] for c in cells
-               if len(LATIN.findall(prose("".join(c["source"])))) >= 40 and not CJK.search("".join(c["source"]))]
+    english = [
+        c["id"]
+        for c in cells
+        if len(LATIN.findall(prose("".join(c["source"])))) >= 40 and not CJK.search("".join(c["source"]))
+    ]
     assert not english, f"{path.name}: markdown cells without Chinese: {english}"
     # Markdown turns a line break into a space, which shows between two Chinese characters: no break there
     broken = [c["id"] for c in cells if WRAPPED.search("".join(c["source"]))]
@@ -75,8 +83,9 @@ def _relative_links(markdown):
 @pytest.mark.parametrize("path", TWINS + twins.english_notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(path):
     """A twin sits one folder deeper than its English notebook: every relative link must still resolve."""
-    broken = [t for c in markdown_cells(path) for t in _relative_links("".join(c["source"]))
-              if not (path.parent / t).exists()]
+    broken = [
+        t for c in markdown_cells(path) for t in _relative_links("".join(c["source"])) if not (path.parent / t).exists()
+    ]
     assert not broken, f"{path.relative_to(ROOT)}: broken links {broken}"
 
 
@@ -85,9 +94,21 @@ def test_relative_links_resolve(path):
 
 
 def _nb(*cells):
-    return {"cells": [{"cell_type": t, "id": i, "metadata": {}, "source": s,
-                       **({"outputs": [], "execution_count": None} if t == "code" else {})} for t, i, s in cells],
-            "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": [
+            {
+                "cell_type": t,
+                "id": i,
+                "metadata": {},
+                "source": s,
+                **({"outputs": [], "execution_count": None} if t == "code" else {}),
+            }
+            for t, i, s in cells
+        ],
+        "metadata": {"kernelspec": {"name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 ENGLISH = _nb(("markdown", "a", "# Title"), ("code", "b", "x = 1"), ("markdown", "c", "Some prose."))
@@ -147,10 +168,17 @@ def test_export_and_import_round_trip_and_refuse_mistakes(tmp_path):
     assert twins.import_text(path, text) == ["a", "c", "zh-extra"]
     nb = twins.load(path)
     assert [("".join(c["source"]), c["metadata"].get("twin", {}).get("todo")) for c in nb["cells"]] == [
-        ("# 标题", None), ("x = 1", None), ("一些文字。", None), ("只有中文版有的一格", None)]
+        ("# 标题", None),
+        ("x = 1", None),
+        ("一些文字。", None),
+        ("只有中文版有的一格", None),
+    ]
     graded = tmp_path / "zh-CN" / "graded.ipynb"  # in an nbgrader notebook a cell of its own is locked prose
-    twins.dump(_nb(("markdown", "a", "x")) | {"cells": [{"cell_type": "markdown", "id": "a", "source": "x",
-                                                          "metadata": {"nbgrader": {"locked": True}}}]}, graded)
+    twins.dump(
+        _nb(("markdown", "a", "x"))
+        | {"cells": [{"cell_type": "markdown", "id": "a", "source": "x", "metadata": {"nbgrader": {"locked": True}}}]},
+        graded,
+    )
     twins.import_text(graded, "<!-- cell a -->\n文字\n<!-- cell zh-box -->\n面试官会怎么问\n")
     assert twins.load(graded)["cells"][1]["metadata"]["nbgrader"]["locked"] is True
     with pytest.raises(ValueError, match="starting with 'zh-'"):

@@ -1,5 +1,6 @@
 """The interview notebook's countdown (course_utils.viz.Countdown): what it shows as the clock runs, and that it
 runs where there is no front end (nbclient, nbgrader's autograde, `make grade`'s sandbox)."""
+
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ def test_make_grade_runs_the_timer_cell_quietly():
 
 def _cell(notebook: Path, grade_id: str) -> str:
     import json
+
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     return next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
 

@@ -1,5 +1,6 @@
 """Figures in the Chinese notebooks: labels in Chinese, drawn with a CJK font (no empty boxes), and English
 where no CJK font is installed (Debian: fonts-noto-cjk, which .ci/run installs)."""
+
 import json
 import os
 import re
@@ -13,14 +14,27 @@ from course_utils import viz_zh
 
 ROOT = Path(__file__).resolve().parents[1]
 # figure texts the notebooks' code sets as string literals (f-strings included)
-LABEL_CALL = re.compile(r"""(?:set_title|set_xlabel|set_ylabel|suptitle|title|label|xlabel|ylabel)\s*[=(]\s*"""
-                        r"""(f?)(["'])(.+?)(?<!\\)\2""")
+LABEL_CALL = re.compile(
+    r"""(?:set_title|set_xlabel|set_ylabel|suptitle|title|label|xlabel|ylabel)\s*[=(]\s*"""
+    r"""(f?)(["'])(.+?)(?<!\\)\2"""
+)
 # texts that read the same in Chinese: formulas and symbols
-SAME_IN_CHINESE = {"q·k", "q·k / √d_k", "softmax(q·k)", "softmax(q·k / √d_k)", "d_k",
-                   "cos(m θ_i), head_dim={head_dim}, base={base:g}"}
+SAME_IN_CHINESE = {
+    "q·k",
+    "q·k / √d_k",
+    "softmax(q·k)",
+    "softmax(q·k / √d_k)",
+    "d_k",
+    "cos(m θ_i), head_dim={head_dim}, base={base:g}",
+}
 # sample values for f-string fields that the translation depends on
-FIELDS = {"LABELS[mode]": "forward", "role": " (induction head)", "kind": "mean", "quantity": "milliseconds, lower",
-          "machine": "AMD EPYC, 2 threads"}
+FIELDS = {
+    "LABELS[mode]": "forward",
+    "role": " (induction head)",
+    "kind": "mean",
+    "quantity": "milliseconds, lower",
+    "machine": "AMD EPYC, 2 threads",
+}
 
 
 def notebook_labels():
@@ -53,8 +67,10 @@ def test_every_figure_text_of_the_notebooks_has_chinese():
 
 def test_patterns_keep_the_values():
     assert viz_zh.translate("head 3") == "头 3"
-    assert viz_zh.translate("layer 1, head 2 (induction head)\nprev 0.10, ind 0.97") == \
-        "第 1 层，头 2（归纳头）\nprev 0.10, ind 0.97"
+    assert (
+        viz_zh.translate("layer 1, head 2 (induction head)\nprev 0.10, ind 0.97")
+        == "第 1 层，头 2（归纳头）\nprev 0.10, ind 0.97"
+    )
     assert viz_zh.translate("Your") == "Your" and viz_zh.translate(0.5) == 0.5
 
 
@@ -80,14 +96,21 @@ def _draw(tmp_path, no_font=False):
     folder = tmp_path / "zh-CN"
     folder.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "ATTN_LANG"}
-    out = subprocess.run([sys.executable, "-c", _DRAW.format(no_font=no_font)], cwd=folder, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _DRAW.format(no_font=no_font)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
 def test_chinese_labels_are_drawn_with_a_cjk_font(tmp_path):
     from course_utils import viz
+
     if viz.cjk_font() is None:
         if os.environ.get("CI", "").lower() in ("1", "true"):
             pytest.fail("no CJK font installed: .ci/run installs Debian's fonts-noto-cjk")
@@ -101,11 +124,13 @@ def test_without_a_cjk_font_figures_stay_english(tmp_path):
     assert "key | head 0 | attention weights" in out and "glyph warnings: 0" in out, out
 
 
-@pytest.mark.parametrize("lang, font, says", [("zh", None, True), ("zh", "Noto Sans CJK SC", False),
-                                              ("en", None, False)])
+@pytest.mark.parametrize(
+    "lang, font, says", [("zh", None, True), ("zh", "Noto Sans CJK SC", False), ("en", None, False)]
+)
 def test_a_missing_cjk_font_is_said_once(monkeypatch, capsys, lang, font, says):
     """A Chinese notebook without a CJK font says once why its figures are English, naming what to install."""
     from course_utils import viz
+
     monkeypatch.setattr(viz, "_cjk_family", [font])
     monkeypatch.setattr(viz, "_noticed", [])
     monkeypatch.setattr(viz, "current_language", lambda: lang)
@@ -141,8 +166,10 @@ def test_the_notice_is_for_jupyterlab_only(tmp_path, in_jupyterlab):
     env = {k: v for k, v in os.environ.items() if k not in ("ATTN_LANG", "JPY_SESSION_NAME")}
     if in_jupyterlab:
         env["JPY_SESSION_NAME"] = str(folder / "01_self_attention.ipynb")
-    out = subprocess.run([sys.executable, "-c", _IMPORT_WITHOUT_FONTS], cwd=folder, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_WITHOUT_FONTS], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     from course_utils.viz import NO_CJK_FONT_NOTICE
+
     assert out.stdout == (NO_CJK_FONT_NOTICE + "\n" if in_jupyterlab else ""), out.stdout

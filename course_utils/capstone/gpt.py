@@ -10,6 +10,7 @@ input alone and rotate queries and keys inside the attention instead.
 
 ``mlp_hidden=0`` drops the MLPs: an attention-only transformer, the model of the induction-head papers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,17 +29,18 @@ from ..reference.multihead import GroupedQueryAttention
 @dataclass
 class GPTConfig:
     """Sizes of a ``GPT``; the names follow LLMs-from-scratch's ``GPT_CONFIG_124M`` plus GQA's ``n_kv_groups``."""
+
     vocab_size: int
     context_length: int
     emb_dim: int = 64
     n_heads: int = 4
     n_layers: int = 2
     n_kv_groups: int | None = None  # None: one K/V head per query head (MHA); 1: MQA
-    mlp_hidden: int = 0             # 0: attention-only blocks
+    mlp_hidden: int = 0  # 0: attention-only blocks
     drop_rate: float = 0.0
     qkv_bias: bool = False
-    positions: str = "learned"      # a key of POSITIONS
-    use_sdpa: bool = False          # run the attention through F.scaled_dot_product_attention
+    positions: str = "learned"  # a key of POSITIONS
+    use_sdpa: bool = False  # run the attention through F.scaled_dot_product_attention
 
     def __post_init__(self):
         for name in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
@@ -47,8 +49,9 @@ class GPTConfig:
         if self.n_kv_groups is None:
             self.n_kv_groups = self.n_heads
         check_divisible(self.emb_dim, self.n_heads, f"emb_dim ({self.emb_dim}) and n_heads ({self.n_heads})")
-        check_divisible(self.n_heads, self.n_kv_groups,
-                        f"n_heads ({self.n_heads}) and n_kv_groups ({self.n_kv_groups})")
+        check_divisible(
+            self.n_heads, self.n_kv_groups, f"n_heads ({self.n_heads}) and n_kv_groups ({self.n_kv_groups})"
+        )
         if self.positions not in POSITIONS:
             raise ValueError(f"GPTConfig.positions={self.positions!r}; known: {', '.join(POSITIONS)}")
 
@@ -106,8 +109,16 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.ln_1 = nn.LayerNorm(c.emb_dim)
-        self.attn = GroupedQueryAttention(c.emb_dim, c.emb_dim, c.context_length, c.drop_rate, c.n_heads,
-                                          c.n_kv_groups, c.qkv_bias, use_sdpa=c.use_sdpa)
+        self.attn = GroupedQueryAttention(
+            c.emb_dim,
+            c.emb_dim,
+            c.context_length,
+            c.drop_rate,
+            c.n_heads,
+            c.n_kv_groups,
+            c.qkv_bias,
+            use_sdpa=c.use_sdpa,
+        )
         self.mlp = None
         if c.mlp_hidden:
             self.ln_2 = nn.LayerNorm(c.emb_dim)
@@ -171,9 +182,14 @@ class GPT(nn.Module):
     def _check_idx(self, idx, start):
         if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
             shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a (batch, num_tokens) tensor of token ids, got {shape}"
-                             + ("; add a batch axis with idx.unsqueeze(0)" if isinstance(idx, torch.Tensor)
-                                and idx.ndim == 1 else ""))
+            raise ValueError(
+                f"idx must be a (batch, num_tokens) tensor of token ids, got {shape}"
+                + (
+                    "; add a batch axis with idx.unsqueeze(0)"
+                    if isinstance(idx, torch.Tensor) and idx.ndim == 1
+                    else ""
+                )
+            )
         if idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must hold integer token ids (int64), got dtype {idx.dtype}")
         if idx.shape[1] == 0:
@@ -182,8 +198,9 @@ class GPT(nn.Module):
             cached = f"{start} cached + " if start else ""
             raise ValueError(f"{cached}{idx.shape[1]} tokens exceed context_length={self.config.context_length}")
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size - 1}], got "
-                             f"[{int(idx.min())}, {int(idx.max())}]")
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab_size - 1}], got [{int(idx.min())}, {int(idx.max())}]"
+            )
 
     def forward(self, idx, caches: list[KVCache] | None = None, return_weights: bool = False):
         start = 0
@@ -201,8 +218,16 @@ class GPT(nn.Module):
         return (logits, weights) if return_weights else logits
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 cache: str | None = "growing", generator: torch.Generator | None = None):
+    def generate(
+        self,
+        idx,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        cache: str | None = "growing",
+        generator: torch.Generator | None = None,
+    ):
         """Continue ``idx`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + max_new_tokens).
 
         temperature 0 is greedy (argmax); otherwise sample from softmax(logits / temperature), optionally
@@ -214,8 +239,10 @@ class GPT(nn.Module):
             raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
         total = idx.shape[1] + max_new_tokens
         if total > self.config.context_length:
-            raise ValueError(f"prompt of {idx.shape[1]} tokens + max_new_tokens={max_new_tokens} = {total} exceed "
-                             f"context_length={self.config.context_length} (learned positions cannot go further)")
+            raise ValueError(
+                f"prompt of {idx.shape[1]} tokens + max_new_tokens={max_new_tokens} = {total} exceed "
+                f"context_length={self.config.context_length} (learned positions cannot go further)"
+            )
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
@@ -248,8 +275,11 @@ class GPT(nn.Module):
 
     def checkpoint(self, **meta) -> dict:
         """A dict of plain types and tensors (loads with ``torch.load(weights_only=True)``)."""
-        state = {k: v.detach().cpu().clone() for k, v in self.state_dict().items()
-                 if not k.endswith("attn.mask") and k != "out_head.weight"}  # buffers and tied copy are rebuilt
+        state = {
+            k: v.detach().cpu().clone()
+            for k, v in self.state_dict().items()
+            if not k.endswith("attn.mask") and k != "out_head.weight"
+        }  # buffers and tied copy are rebuilt
         return {"config": asdict(self.config), "state_dict": state, "meta": meta}
 
     @classmethod
@@ -286,8 +316,11 @@ def head_outputs(model: GPT, idx) -> list[torch.Tensor]:
     n_heads = model.config.n_heads
     captured, handles = [], []
     for block in model.blocks:
-        handles.append(block.attn.out_proj.register_forward_pre_hook(
-            lambda module, args: captured.append(args[0].unflatten(-1, (n_heads, -1)))))
+        handles.append(
+            block.attn.out_proj.register_forward_pre_hook(
+                lambda module, args: captured.append(args[0].unflatten(-1, (n_heads, -1)))
+            )
+        )
     try:
         with torch.no_grad():
             model(idx)
@@ -311,8 +344,7 @@ def ablate_heads(model: GPT, heads, replace_with=None):
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ValueError(f"head ({layer}, {head}) does not exist: layers 0..{n_layers - 1}, "
-                             f"heads 0..{n_heads - 1}")
+            raise ValueError(f"head ({layer}, {head}) does not exist: layers 0..{n_layers - 1}, heads 0..{n_heads - 1}")
     unused = set(replace_with) - set(heads)
     if unused:
         raise ValueError(f"replace_with names heads that are not ablated: {sorted(unused)}")
@@ -325,7 +357,7 @@ def ablate_heads(model: GPT, heads, replace_with=None):
             (merged,) = args  # (B, T, n_heads * head_dim)
             merged = merged.clone()
             for h in cols:
-                merged[..., h * head_dim:(h + 1) * head_dim] = replace_with.get((layer, h), 0.0)
+                merged[..., h * head_dim : (h + 1) * head_dim] = replace_with.get((layer, h), 0.0)
             return (merged,)
 
         handles.append(model.blocks[layer].attn.out_proj.register_forward_pre_hook(replace_heads))

@@ -9,6 +9,7 @@ transformers learn this with a previous-token head (前一词元头) in layer 0 
 
 The loss and the accuracy count only the predictable targets: the second copy after its first token.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ VOCAB_SIZE, SEQ_LEN, MIN_LENGTH = 64, 32, 4
 @dataclass
 class InductionBatch:
     """tokens (B, T); first[b], second[b]: where the two copies of the segment start; length[b]: its length."""
+
     tokens: torch.Tensor
     first: torch.Tensor
     second: torch.Tensor
@@ -43,8 +45,14 @@ class InductionBatch:
         return (pos >= self.second[:, None]) & (pos < self.tokens.shape[1] - 1)
 
 
-def make_batch(batch_size: int, seq_len: int = SEQ_LEN, vocab_size: int = VOCAB_SIZE, min_length: int = MIN_LENGTH,
-               generator: torch.Generator | None = None, device=None) -> InductionBatch:
+def make_batch(
+    batch_size: int,
+    seq_len: int = SEQ_LEN,
+    vocab_size: int = VOCAB_SIZE,
+    min_length: int = MIN_LENGTH,
+    generator: torch.Generator | None = None,
+    device=None,
+) -> InductionBatch:
     """``batch_size`` sequences ``filler | segment | filler | segment`` of ``seq_len`` tokens. The segment
     lengths are uniform in [min_length, seq_len // 2], the first copy starts anywhere before the second, and
     every token before the second copy is distinct (so each token of the second copy has one earlier match)."""
@@ -125,6 +133,7 @@ MODEL = dict(vocab_size=VOCAB_SIZE, context_length=SEQ_LEN, emb_dim=64, n_heads=
 @dataclass
 class TrainConfig:
     """AdamW with a linear warmup and a cosine decay to 10%, on fresh random batches (no epochs)."""
+
     steps: int = 600
     batch_size: int = 64
     lr: float = 5e-3
@@ -170,8 +179,10 @@ def head_norms(model: GPT) -> torch.Tensor:
     norms = []
     for block in model.blocks:
         a = block.attn
-        sq = sum(w.view(c.n_heads, hd, -1).pow(2).sum(dim=(1, 2))
-                 for w in (a.W_query.weight, a.W_key.weight, a.W_value.weight))
+        sq = sum(
+            w.view(c.n_heads, hd, -1).pow(2).sum(dim=(1, 2))
+            for w in (a.W_query.weight, a.W_key.weight, a.W_value.weight)
+        )
         sq = sq + a.out_proj.weight.view(c.emb_dim, c.n_heads, hd).pow(2).sum(dim=(0, 2))
         norms.append(sq.sqrt())
     return torch.stack(norms)
@@ -193,13 +204,19 @@ def train(model: GPT, cfg: TrainConfig, progress=None) -> dict:
     torch.manual_seed(cfg.seed)
     data = torch.Generator().manual_seed(cfg.seed)
     c = model.config
-    eval_batch = make_batch(cfg.eval_size, c.context_length, c.vocab_size,
-                            generator=torch.Generator().manual_seed(10_000 + cfg.seed))
+    eval_batch = make_batch(
+        cfg.eval_size, c.context_length, c.vocab_size, generator=torch.Generator().manual_seed(10_000 + cfg.seed)
+    )
     params = dict(model.named_parameters())
     decay = [n for n, p in params.items() if p.ndim >= 2 and "emb" not in n]  # matrices, not embeddings
-    opt = torch.optim.AdamW([{"params": [params[n] for n in decay], "weight_decay": cfg.weight_decay},
-                             {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(
+        [
+            {"params": [params[n] for n in decay], "weight_decay": cfg.weight_decay},
+            {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=(0.9, 0.98),
+    )
     history = {"step": [], "loss": [], "accuracy": []}
     for step in range(cfg.steps + 1):
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -256,11 +273,22 @@ def without_penalty_study(seeds=WITHOUT_PENALTY_SEEDS, progress=False) -> dict:
         history = train(model, replace(cfg, seed=seed), bar)
         model.use_sdpa = False
         scores = head_scores(model, test)
-        ablated = [[round(_ablated_accuracy(model, test, ablate_heads, (layer, head)), 5)
-                    for head in range(model.config.n_heads)] for layer in range(model.config.n_layers)]
-        runs.append({"seed": seed, "history": history, "test_accuracy": round(accuracy(model, test), 5),
-                     "scores": {k: [[round(v, 5) for v in row] for row in t.tolist()] for k, t in scores.items()},
-                     "ablated_accuracy": ablated})
+        ablated = [
+            [
+                round(_ablated_accuracy(model, test, ablate_heads, (layer, head)), 5)
+                for head in range(model.config.n_heads)
+            ]
+            for layer in range(model.config.n_layers)
+        ]
+        runs.append(
+            {
+                "seed": seed,
+                "history": history,
+                "test_accuracy": round(accuracy(model, test), 5),
+                "scores": {k: [[round(v, 5) for v in row] for row in t.tolist()] for k, t in scores.items()},
+                "ablated_accuracy": ablated,
+            }
+        )
     return {"train": asdict(cfg), "runs": runs}
 
 
@@ -280,8 +308,10 @@ class ProgressBar:
 
     def __call__(self, step, loss, acc):
         done = int(self.width * step / max(1, self.total))
-        text = (f"{self.label:<5s} [{'#' * done}{'.' * (self.width - done)}] {step:4d}/{self.total} "
-                f"loss {loss:.3f}  acc {acc:.3f}  {time.perf_counter() - self.start:5.1f} s")
+        text = (
+            f"{self.label:<5s} [{'#' * done}{'.' * (self.width - done)}] {step:4d}/{self.total} "
+            f"loss {loss:.3f}  acc {acc:.3f}  {time.perf_counter() - self.start:5.1f} s"
+        )
         if self.tty:
             self.stream.write("\r" + text + ("\n" if step == self.total else ""))
         elif step >= self.next_line or step == self.total:
@@ -293,6 +323,7 @@ class ProgressBar:
 def plot_history(histories: dict, path=None):
     """Loss and accuracy against steps, one line per model; saved to ``path`` when given."""
     import matplotlib
+
     if path is not None:
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -323,14 +354,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.capstone", description=main.__doc__)
     parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR, help="folder for the checkpoints and figure")
     parser.add_argument("--steps", type=int, default=MHA_TRAINING.steps, help="MHA training steps")
-    parser.add_argument("--without-penalty", action="store_true",
-                        help="instead: train the MHA model with head_penalty=0 on seeds 0-2 and write "
-                             "induction_without_penalty.json (what notebook 11 says about the group lasso)")
+    parser.add_argument(
+        "--without-penalty",
+        action="store_true",
+        help="instead: train the MHA model with head_penalty=0 on seeds 0-2 and write "
+        "induction_without_penalty.json (what notebook 11 says about the group lasso)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one thread: the same weights on every run, and no contention on shared machines
     args.out.mkdir(parents=True, exist_ok=True)
     if args.without_penalty:
         import json
+
         study = without_penalty_study(progress=True)
         without_penalty_path(args.out).write_text(json.dumps(study, indent=1) + "\n")
         for run in study["runs"]:
@@ -368,10 +403,14 @@ def main(argv=None) -> int:
 
     for name, (before, after, size) in summary.items():
         pooled = f"after pooling {before:.3f}, " if before is not None else ""
-        print(f"{name.upper():4s}: accuracy on the second copy {pooled}after training {after:.3f}; "
-              f"{checkpoint_path(name, args.out).name} {size / 1024:.0f} KiB")
-    print(f"done in {time.perf_counter() - wall_start:.1f} s ({time.process_time() - cpu_start:.1f} s of CPU); "
-          f"loss curves in {args.out.name}/induction_training.png")
+        print(
+            f"{name.upper():4s}: accuracy on the second copy {pooled}after training {after:.3f}; "
+            f"{checkpoint_path(name, args.out).name} {size / 1024:.0f} KiB"
+        )
+    print(
+        f"done in {time.perf_counter() - wall_start:.1f} s ({time.process_time() - cpu_start:.1f} s of CPU); "
+        f"loss curves in {args.out.name}/induction_training.png"
+    )
     return 0
 
 

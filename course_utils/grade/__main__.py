@@ -5,6 +5,7 @@ Exit code 0 when every check passes, 1 when something was graded and did not pas
 --lang picks the language of the report, the feedback files and grades.csv's status column (default: the course's
 current language: the environment variable ATTN_LANG, else Chinese inside a zh-CN folder, else English).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,18 +37,35 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--batch", metavar="DIR", help="grade every submission in DIR, each in its own sandbox")
     parser.add_argument("--out", default="grades", help="where --batch writes grades.csv and feedback/")
-    parser.add_argument("--trust-submissions", action="store_true",
-                        help="run submissions without a sandbox (only for code you trust: your own, a colleague's)")
+    parser.add_argument(
+        "--trust-submissions",
+        action="store_true",
+        help="run submissions without a sandbox (only for code you trust: your own, a colleague's)",
+    )
     parser.add_argument("--cell-timeout", type=float, default=runner.CELL_TIMEOUT, help="seconds per cell")
-    parser.add_argument("--timeout", type=float, default=runner.TOTAL_TIMEOUT,
-                        help="seconds of wall time per submission, all its runs together (default: %(default)g)")
-    parser.add_argument("--memory", type=int, default=limits.MEMORY_TOTAL >> 20, metavar="MIB",
-                        help="memory per submission over all its processes, shared memory and temporary files "
-                             "included (default: %(default)d)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=runner.TOTAL_TIMEOUT,
+        help="seconds of wall time per submission, all its runs together (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--memory",
+        type=int,
+        default=limits.MEMORY_TOTAL >> 20,
+        metavar="MIB",
+        help="memory per submission over all its processes, shared memory and temporary files "
+        "included (default: %(default)d)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="parallel submissions (default: CPU cores)")
-    parser.add_argument("--lang", type=_language, default=None, metavar="{" + ",".join(LANGUAGES) + "}",
-                        help="language of the report and the feedback (default: the course's current language, "
-                             "ATTN_LANG or the zh-CN folder, else en)")
+    parser.add_argument(
+        "--lang",
+        type=_language,
+        default=None,
+        metavar="{" + ",".join(LANGUAGES) + "}",
+        help="language of the report and the feedback (default: the course's current language, "
+        "ATTN_LANG or the zh-CN folder, else en)",
+    )
     args = parser.parse_args(argv)
     lang = args.lang or current_language()
     limits.MEMORY_TOTAL = args.memory << 20
@@ -60,21 +78,41 @@ def main(argv=None) -> int:
             return 2
         started = time.monotonic()
         try:
-            graded, skipped, grader_failed = grade_folder(args.batch, args.out, workers=args.workers,
-                                                          exercises=exercises, trusted=args.trust_submissions,
-                                                          lang=lang, progress=Progress(lang), **timeouts)
+            graded, skipped, grader_failed = grade_folder(
+                args.batch,
+                args.out,
+                workers=args.workers,
+                exercises=exercises,
+                trusted=args.trust_submissions,
+                lang=lang,
+                progress=Progress(lang),
+                **timeouts,
+            )
         except ValueError as exc:
             parser.error(terminal(text(exc.args[0], lang) if exc.args else str(exc)))
         for name, why in skipped:
             print(terminal(Msg("cli.skipped", name=shown(name), why=why).render(lang)))
         ok = sum(rep.passed for _, rep in graded)
         errors = sum(rep.error is not None for _, rep in graded)
-        print(terminal(Msg("cli.graded", count=len(graded), passed=ok, failed=len(graded) - ok - errors,
-                           errors=errors, skipped=len(skipped), seconds=time.monotonic() - started,
-                           out=f"{args.out}/grades.csv").render(lang)))
+        print(
+            terminal(
+                Msg(
+                    "cli.graded",
+                    count=len(graded),
+                    passed=ok,
+                    failed=len(graded) - ok - errors,
+                    errors=errors,
+                    skipped=len(skipped),
+                    seconds=time.monotonic() - started,
+                    out=f"{args.out}/grades.csv",
+                ).render(lang)
+            )
+        )
         if grader_failed:
-            print(terminal(Msg("cli.grader_failed_on", names=", ".join(map(shown, grader_failed))).render(lang)),
-                  file=sys.stderr)
+            print(
+                terminal(Msg("cli.grader_failed_on", names=", ".join(map(shown, grader_failed))).render(lang)),
+                file=sys.stderr,
+            )
             return 3
         return 0 if ok == len(graded) else 1
     if not args.path:

@@ -1,6 +1,7 @@
 """Grade a folder of submissions (one file per learner) in parallel sandboxes; write grades.csv and
 feedback/<file>.md. One broken submission never stops the batch. The feedback, the status column of grades.csv
 and skipped.txt are written in one language (``lang``); the CSV's column names stay the same in every language."""
+
 from __future__ import annotations
 
 import csv
@@ -36,9 +37,18 @@ def feedback_markdown(name: str, report, lang: str | None = None) -> str:
         lines += [Msg("batch.not_graded", error="").render(lang) + markdown(text(report.error, lang)), ""]
     for r in report.results:
         worth = points(r.exercise)
-        lines.append(_heading(Msg("batch.passed" if r.passed else "batch.not_passed", exercise=text(r.exercise, lang),
-                                  passed=r.checks_passed, total=r.checks_total, points=round(r.score * worth, 2),
-                                  max=worth).render(lang)))
+        lines.append(
+            _heading(
+                Msg(
+                    "batch.passed" if r.passed else "batch.not_passed",
+                    exercise=text(r.exercise, lang),
+                    passed=r.checks_passed,
+                    total=r.checks_total,
+                    points=round(r.score * worth, 2),
+                    max=worth,
+                ).render(lang)
+            )
+        )
         lines += [""] + [f"- {markdown(text(m, lang))}" for m in r.messages] + [""]
     if report.notes:
         lines += [Msg("batch.problems").render(lang), ""] + [f"- {markdown(text(n, lang))}" for n in report.notes]
@@ -61,8 +71,9 @@ def status(report, lang: str | None = None) -> str:
         return Msg("batch.status_passed").render(lang)
     if report.error:
         return text(report.error, lang)
-    return joined(Msg("batch.status", exercise=r.exercise, diagnosis=_words(r))
-                  for r in report.results if not r.passed).render(lang)
+    return joined(
+        Msg("batch.status", exercise=r.exercise, diagnosis=_words(r)) for r in report.results if not r.passed
+    ).render(lang)
 
 
 def status_key(report) -> str:
@@ -78,10 +89,16 @@ def class_rows(graded, lang: str) -> list:
     """The graded folder as the class report's rows: points, and each failed exercise's mistake in words."""
     rows = []
     for name, rep in graded:
-        outcomes = {r.exercise: class_report.Outcome(
-            r.score * points(r.exercise), points(r.exercise), r.passed,
-            None if r.passed else (r.diagnosis or "other"), None if r.passed else _words(r).render(lang))
-            for r in rep.results}
+        outcomes = {
+            r.exercise: class_report.Outcome(
+                r.score * points(r.exercise),
+                points(r.exercise),
+                r.passed,
+                None if r.passed else (r.diagnosis or "other"),
+                None if r.passed else _words(r).render(lang),
+            )
+            for r in rep.results
+        }
         error = text(rep.error, lang) if rep.error and not rep.results else None
         rows.append(class_report.Learner(shown(name), rep.seconds, outcomes, error))
     return rows
@@ -117,8 +134,9 @@ def find_submissions(folder: Path) -> tuple[list, list]:
     return files, skipped
 
 
-def grade_folder(submissions, out="grades", workers=None, exercises=None, trusted=False, lang=None,
-                 progress=None, **limits):
+def grade_folder(
+    submissions, out="grades", workers=None, exercises=None, trusted=False, lang=None, progress=None, **limits
+):
     """Grade every submission in ``submissions``; returns ([(file name, report)], skipped, grader_failed)
     and writes grades.csv, feedback/ and skipped.txt into ``out``, in ``lang`` (default: the current language).
     ``progress(done, count, name, report, seconds)`` is called as each submission finishes."""
@@ -139,8 +157,9 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
             report = grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: this row says so, the batch goes on
             failed_grader.append(path.name)
-            report = SubmissionReport(str(path), error=Msg("batch.grader_failed", type=type(exc).__name__,
-                                                           error=printable(exc, 200)))
+            report = SubmissionReport(
+                str(path), error=Msg("batch.grader_failed", type=type(exc).__name__, error=printable(exc, 200))
+            )
             report.results = [failure(ex, "grader_error", report.error) for ex in exercises or []]
         report.seconds = time.monotonic() - started
         return report
@@ -170,12 +189,23 @@ def grade_folder(submissions, out="grades", workers=None, exercises=None, truste
             worth = sum(points(r.exercise) for r in rep.results)
             row = [f"{round(got[ex], 2):g}" if ex in got else "" for ex in columns]
             total = round(sum(got.values()), 2)
-            writer.writerow([csv_cell(shown(name)), *row, f"{total:g}", f"{worth:g}",
-                             f"{total / worth:.3f}" if worth else "0", csv_cell(status(rep, lang)),
-                             csv_cell(status_key(rep)), csv_cell("feedback/" + feedback)])
+            writer.writerow(
+                [
+                    csv_cell(shown(name)),
+                    *row,
+                    f"{total:g}",
+                    f"{worth:g}",
+                    f"{total / worth:.3f}" if worth else "0",
+                    csv_cell(status(rep, lang)),
+                    csv_cell(status_key(rep)),
+                    csv_cell("feedback/" + feedback),
+                ]
+            )
     for (name, rep), feedback in zip(graded, feedback_files, strict=False):
         (out / "feedback" / feedback).write_text(feedback_markdown(name, rep, lang), encoding="utf-8")
     class_report.write(class_rows(graded, lang), columns, out, lang)
-    (out / "skipped.txt").write_text("".join(Msg("cli.skipped_line", name=shown(name), why=why).render(lang) + "\n"
-                                             for name, why in skipped), encoding="utf-8")
+    (out / "skipped.txt").write_text(
+        "".join(Msg("cli.skipped_line", name=shown(name), why=why).render(lang) + "\n" for name, why in skipped),
+        encoding="utf-8",
+    )
     return graded, skipped, failed_grader

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..lang import pick
 
-SLOWEST = 10          # submissions listed as the slowest
+SLOWEST = 10  # submissions listed as the slowest
 BANDS = ("full", "partial", "zero", "missing")  # the score bands of the distribution figure, bottom to top
 BAND_COLOURS = {"full": "#2e7d32", "partial": "#f9a825", "zero": "#c62828", "missing": "#bdbdbd"}
 
@@ -25,11 +25,12 @@ BAND_COLOURS = {"full": "#2e7d32", "partial": "#f9a825", "zero": "#c62828", "mis
 @dataclass
 class Outcome:
     """One learner on one exercise: the points as grades.csv has them, and the mistake the grader named."""
+
     points: float
     max: float
     passed: bool
-    mistake_key: str | None = None   # grades.csv's key (``scale_no_sqrt``); None when passed
-    mistake: str | None = None       # the same in words, in the report's language
+    mistake_key: str | None = None  # grades.csv's key (``scale_no_sqrt``); None when passed
+    mistake: str | None = None  # the same in words, in the report's language
 
     @property
     def band(self) -> str:
@@ -40,24 +41,30 @@ class Outcome:
 
 @dataclass
 class Learner:
-    name: str                        # as shown (``names.shown``): escaped again here for HTML
+    name: str  # as shown (``names.shown``): escaped again here for HTML
     seconds: float
-    outcomes: dict = field(default_factory=dict)   # exercise id -> Outcome
-    error: str | None = None         # why nothing was graded, in words
+    outcomes: dict = field(default_factory=dict)  # exercise id -> Outcome
+    error: str | None = None  # why nothing was graded, in words
 
 
 # ---------------------------------------------------------------------------------------------------- the texts
+
 
 def _t(lang: str, en: str, zh: str) -> str:
     return pick(en, zh, lang)
 
 
 def _band_name(band: str, lang: str) -> str:
-    return {"full": _t(lang, "all checks passed", "全部通过"), "partial": _t(lang, "some checks", "部分通过"),
-            "zero": _t(lang, "no check passed", "全部未过"), "missing": _t(lang, "not submitted", "未提交")}[band]
+    return {
+        "full": _t(lang, "all checks passed", "全部通过"),
+        "partial": _t(lang, "some checks", "部分通过"),
+        "zero": _t(lang, "no check passed", "全部未过"),
+        "missing": _t(lang, "not submitted", "未提交"),
+    }[band]
 
 
 # ---------------------------------------------------------------------------------------------------- the numbers
+
 
 def distribution(learners: list, exercises: list) -> dict:
     """exercise -> {band: number of learners}; a learner without the exercise counts as "missing"."""
@@ -87,6 +94,7 @@ def slowest(learners: list, count: int = SLOWEST) -> list:
 
 
 # ---------------------------------------------------------------------------------------------------- the figure
+
 
 def distribution_svg(counts: dict, lang: str) -> str:
     """A stacked bar per exercise (learners in each score band), as inline SVG text."""
@@ -120,7 +128,7 @@ def distribution_svg(counts: dict, lang: str) -> str:
         fig.savefig(buffer, format="svg")
         plt.close(fig)
     svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]  # inline: without the XML prolog and doctype
+    return svg[svg.index("<svg") :]  # inline: without the XML prolog and doctype
 
 
 # ---------------------------------------------------------------------------------------------------- the page
@@ -150,11 +158,18 @@ def render(learners: list, exercises: list, lang: str) -> str:
     title = _t(lang, "Class report", "班级报告")
     graded = [learner for learner in learners if learner.error is None]
     passed_all = sum(1 for learner in graded if learner.outcomes and all(o.passed for o in learner.outcomes.values()))
-    body = [f"<h1>{e(title)}</h1>",
-            "<p>" + e(_t(lang, f"{len(learners)} submissions, {len(graded)} graded, {passed_all} passed every exercise "
-                         "they contain.",
-                         f"共 {len(learners)} 份提交，评分 {len(graded)} 份，其中 {passed_all} 份所含练习全部通过。"))
-            + "</p>"]
+    body = [
+        f"<h1>{e(title)}</h1>",
+        "<p>"
+        + e(
+            _t(
+                lang,
+                f"{len(learners)} submissions, {len(graded)} graded, {passed_all} passed every exercise they contain.",
+                f"共 {len(learners)} 份提交，评分 {len(graded)} 份，其中 {passed_all} 份所含练习全部通过。",
+            )
+        )
+        + "</p>",
+    ]
 
     body.append(f"<h2>{e(_t(lang, 'Scores on each exercise', '每道练习的得分'))}</h2>")
     if exercises:
@@ -165,34 +180,61 @@ def render(learners: list, exercises: list, lang: str) -> str:
             mean = sum(o.points for o in got) / len(got) if got else 0.0
             worth = got[0].max if got else 0
             rows.append([f"<code>{e(ex)}</code>", len(got), counts[ex]["full"], f"{mean:.2f} / {worth:g}"])
-        body += _table([_t(lang, "exercise", "练习"), _t(lang, "submitted", "提交"),
-                        _t(lang, "all checks passed", "全部通过"), _t(lang, "mean points", "平均得分")], rows)
+        body += _table(
+            [
+                _t(lang, "exercise", "练习"),
+                _t(lang, "submitted", "提交"),
+                _t(lang, "all checks passed", "全部通过"),
+                _t(lang, "mean points", "平均得分"),
+            ],
+            rows,
+        )
 
     body.append(f"<h2>{e(_t(lang, 'Mistakes, most common first', '常见错误（按人数排序）'))}</h2>")
-    body.append("<p>" + e(_t(lang, "Learners who made the same mistake can be paired to find it together.",
-                               "犯了同一个错误的学员，可以结成一组一起找原因。")) + "</p>")
+    body.append(
+        "<p>"
+        + e(
+            _t(
+                lang,
+                "Learners who made the same mistake can be paired to find it together.",
+                "犯了同一个错误的学员，可以结成一组一起找原因。",
+            )
+        )
+        + "</p>"
+    )
     ranked = mistakes(learners)
     if ranked:
-        body += _table([_t(lang, "exercise", "练习"), _t(lang, "mistake", "错误"), _t(lang, "learners", "人数"),
-                        _t(lang, "who", "学员")],
-                       [[f"<code>{e(ex)}</code>", e(words), len(names), e(", ".join(names))]
-                        for ex, _key, words, names in ranked])
+        body += _table(
+            [
+                _t(lang, "exercise", "练习"),
+                _t(lang, "mistake", "错误"),
+                _t(lang, "learners", "人数"),
+                _t(lang, "who", "学员"),
+            ],
+            [[f"<code>{e(ex)}</code>", e(words), len(names), e(", ".join(names))] for ex, _key, words, names in ranked],
+        )
     else:
         body.append("<p>" + e(_t(lang, "No named mistake.", "没有可以指名的错误。")) + "</p>")
 
     not_graded = [learner for learner in learners if learner.error is not None]
     if not_graded:
         body.append(f"<h2>{e(_t(lang, 'Not graded', '未能评分'))}</h2>")
-        body += _table([_t(lang, "learner", "学员"), _t(lang, "why", "原因")],
-                       [[e(learner.name), e(learner.error)] for learner in not_graded])
+        body += _table(
+            [_t(lang, "learner", "学员"), _t(lang, "why", "原因")],
+            [[e(learner.name), e(learner.error)] for learner in not_graded],
+        )
 
     body.append(f"<h2>{e(_t(lang, 'Slowest submissions', '最慢的提交'))}</h2>")
-    body += _table([_t(lang, "learner", "学员"), _t(lang, "seconds", "秒")],
-                   [[e(learner.name), round(learner.seconds, 1)] for learner in slowest(learners)])
+    body += _table(
+        [_t(lang, "learner", "学员"), _t(lang, "seconds", "秒")],
+        [[e(learner.name), round(learner.seconds, 1)] for learner in slowest(learners)],
+    )
 
     html_lang = "zh-CN" if lang == "zh" else "en"
-    return (f'<!DOCTYPE html>\n<html lang="{html_lang}">\n<head>\n<meta charset="utf-8">\n<title>{e(title)}</title>\n'
-            f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="{html_lang}">\n<head>\n<meta charset="utf-8">\n<title>{e(title)}</title>\n'
+        f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
 
 
 def write(learners: list, exercises: list, out: Path, lang: str) -> Path:

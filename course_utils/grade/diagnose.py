@@ -1,5 +1,6 @@
 """The verdict: compare the learner's outputs with the reference, and name the mistake by matching them
 against the catalogue of mutants run on the same parameters and inputs (and, failing that, pairs of them)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +23,14 @@ DROPOUT_ON_OUTPUT = Mistake("dropout_on_output")
 DROPOUT_WRONG = Mistake("dropout_wrong")
 DROPOUT_EVAL = Mistake("dropout_in_eval")
 M_LEAVES_AUTOGRAD = Mistake("grad_leaves_autograd")
-VERDICT_MISTAKES = (DROPOUT_EVAL, DROPOUT_IGNORED, DROPOUT_ON_SCORES, DROPOUT_ON_OUTPUT, DROPOUT_WRONG,
-                    M_LEAVES_AUTOGRAD)
+VERDICT_MISTAKES = (
+    DROPOUT_EVAL,
+    DROPOUT_IGNORED,
+    DROPOUT_ON_SCORES,
+    DROPOUT_ON_OUTPUT,
+    DROPOUT_WRONG,
+    M_LEAVES_AUTOGRAD,
+)
 
 
 def cached_outputs(expected, case: Case, v):
@@ -46,7 +53,7 @@ def mutant_pairs(singles: list, base) -> list[Mutant]:
     that change different flags of its correct variant ``base``."""
     seen, pairs = set(), []
     for i, a in enumerate(singles):
-        for b in singles[i + 1:]:
+        for b in singles[i + 1 :]:
             if a.key == b.key or a.outputs_only or b.outputs_only or not (a.paired and b.paired):
                 continue
             fa = {f for f in base.__dataclass_fields__ if getattr(a.variant, f) != getattr(base, f)}
@@ -93,8 +100,15 @@ def _label(name: str, single: bool):
     return what if single else Msg("label.step", step=step, what=what)
 
 
-def compare(learner: dict, expected: dict, single: bool = True, only_out: bool = False,
-            lenient_nan: bool = False, tol=(RTOL, ATOL), lenient_flags: bool = False) -> str | None:
+def compare(
+    learner: dict,
+    expected: dict,
+    single: bool = True,
+    only_out: bool = False,
+    lenient_nan: bool = False,
+    tol=(RTOL, ATOL),
+    lenient_flags: bool = False,
+) -> str | None:
     """None when the learner's outputs match, else a one-line reason. ``lenient_flags``: a mutant that builds
     too much (tiled or absorbed 0) also matches a learner the case was too small to catch."""
     for name, exp in expected.items():
@@ -139,8 +153,15 @@ def _nonfinite(got, exp, label):
     if not odd.any():
         return None
     first = tuple(int(i) for i in odd.nonzero()[0])
-    return Msg("compare.nonfinite", label=label, got=_number(g[first].item()), need=_number(e[first].item()),
-               index=str(first), count=int(odd.sum()), total=g.numel())
+    return Msg(
+        "compare.nonfinite",
+        label=label,
+        got=_number(g[first].item()),
+        need=_number(e[first].item()),
+        index=str(first),
+        count=int(odd.sum()),
+        total=g.numel(),
+    )
 
 
 def _finite_diff(got, exp) -> float:
@@ -150,8 +171,11 @@ def _finite_diff(got, exp) -> float:
 
 
 def _error_matches(err, exp) -> bool:
-    return (err is not None and err["where"] == getattr(exp, "where", "forward")
-            and err.get("step", 1) == getattr(exp, "step", 1))
+    return (
+        err is not None
+        and err["where"] == getattr(exp, "where", "forward")
+        and err.get("step", 1) == getattr(exp, "step", 1)
+    )
 
 
 def _matches(ex: Exercise, cases, records, mutant) -> bool:
@@ -163,8 +187,17 @@ def _matches(ex: Exercise, cases, records, mutant) -> bool:
             continue
         if rec["error"] is not None:
             return False
-        if compare(rec["outputs"], exp, only_out=mutant.outputs_only, lenient_nan=True,
-                   tol=case.meta.get("tol", (RTOL, ATOL)), lenient_flags=True) is not None:
+        if (
+            compare(
+                rec["outputs"],
+                exp,
+                only_out=mutant.outputs_only,
+                lenient_nan=True,
+                tol=case.meta.get("tol", (RTOL, ATOL)),
+                lenient_flags=True,
+            )
+            is not None
+        ):
             return False
     return True
 
@@ -223,8 +256,9 @@ def dropout_problem(case: Case, outputs: dict):
     if nonzero.any():
         ratio = (ctx_t[nonzero] / ctx_e[nonzero]).median().item()
         if 1 < ratio < float("inf") and abs(ratio - 1 / (1 - p)) > 1e-3:  # a finite scale, or none is said
-            return DROPOUT_WRONG.key, Msg("dropout_wrong_scale", base=DROPOUT_WRONG.message, ratio=ratio,
-                                          p_seen=1 - 1 / ratio, p=p)
+            return DROPOUT_WRONG.key, Msg(
+                "dropout_wrong_scale", base=DROPOUT_WRONG.message, ratio=ratio, p_seen=1 - 1 / ratio, p=p
+            )
     return DROPOUT_WRONG.key, DROPOUT_WRONG.message
 
 
@@ -235,6 +269,7 @@ def dropout_problem(case: Case, outputs: dict):
 def _details(reasons, num_cases) -> list:
     """One line per distinct reason: cases that fail the same way (the same text, or the same output differing by
     other amounts) share one line, so that a diagnosis is not followed by a column of near-identical lines."""
+
     def what(why):  # the output, present keys, a gradient... whichever call it came from
         label = why.args["label"]
         return label.args["what"] if isinstance(label, Msg) and label.key == "label.step" else label
@@ -248,8 +283,11 @@ def _details(reasons, num_cases) -> list:
         why = members[0][1]
         if len(members) > 1 and isinstance(why, Msg) and why.key == "compare.differs":
             labels = {str(w.args["label"]) for _, w in members}
-            why = Msg("compare.differs_up_to", label=why.args["label"] if len(labels) == 1 else what(why),
-                      diff=max(w.args["diff"] for _, w in members))
+            why = Msg(
+                "compare.differs_up_to",
+                label=why.args["label"] if len(labels) == 1 else what(why),
+                diff=max(w.args["diff"] for _, w in members),
+            )
         if len(members) == 1:
             lines.append(Msg("detail.case", case=case_title(members[0][0]), why=why))
         elif len(members) == num_cases:
@@ -281,14 +319,17 @@ def _refusals(ex: Exercise, records, refusals):
             if call.startswith("course_utils"):
                 refusals.append(Msg("refusal.calls_course", call=call))
             elif interview:  # what the harness saw run: a fused kernel, FlexAttention, or its tracing stopped
-                refusals.append(Msg("refusal.profiler_stopped") if call == "profiler:stopped" else
-                                Msg("refusal.flex", call=call) if "flex_attention" in call else
-                                Msg("refusal.interview_call", call=call))
+                refusals.append(
+                    Msg("refusal.profiler_stopped")
+                    if call == "profiler:stopped"
+                    else Msg("refusal.flex", call=call)
+                    if "flex_attention" in call
+                    else Msg("refusal.interview_call", call=call)
+                )
     return list(dict.fromkeys(refusals))
 
 
-def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list | None = None,
-            assumed=None) -> Result:
+def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list | None = None, assumed=None) -> Result:
     """Grade validated ``records`` (one per case) against the reference and the mutant catalogue."""
     result = _verdict(get(exercise), records, cases, refusals)
     result.assumed = assumed
@@ -310,8 +351,12 @@ def _verdict(ex: Exercise, records, cases, refusals):
         if rec["error"] is not None:
             reasons.append((case.name, _error_line(rec["error"])))
             continue
-        why = compare(rec["outputs"], cached_outputs(ex.expected, case, ex.correct), single,
-                      tol=case.meta.get("tol", (RTOL, ATOL)))
+        why = compare(
+            rec["outputs"],
+            cached_outputs(ex.expected, case, ex.correct),
+            single,
+            tol=case.meta.get("tol", (RTOL, ATOL)),
+        )
         if why is None and case.kind == "train":
             dropout = dropout_problem(case, rec["outputs"])
             why = dropout[1] if dropout else None
@@ -331,8 +376,7 @@ def _verdict(ex: Exercise, records, cases, refusals):
 
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
-        return Result(exercise, False, 0.0, 0, total, NOT_IMPLEMENTED,
-                      [Msg("not_implemented.write", name=ex.contract)])
+        return Result(exercise, False, 0.0, 0, total, NOT_IMPLEMENTED, [Msg("not_implemented.write", name=ex.contract)])
     if nondeterministic:
         return result(DROPOUT_EVAL.key, DROPOUT_EVAL.message)
     if dropout and len(reasons) == 1:

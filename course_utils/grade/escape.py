@@ -1,6 +1,7 @@
 """Learner text on its way out: to the instructor's terminal, into feedback Markdown, into grades.csv. Whatever a
 submission names (its file name, an exception's class and message) is text to show, never markup or control:
 no terminal escapes, no HTML or headings of its own in the feedback, no spreadsheet formulas."""
+
 from __future__ import annotations
 
 import re
@@ -24,12 +25,13 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def printable(text, limit: int | None = None) -> str:
     """``text`` (any object) with control characters shown as \\xNN, on one line; cut to ``limit`` characters."""
     text = str(text)
-    text = _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xdc00:02x}", text)
+    text = _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", text)
     text = _OTHER_SURROGATE.sub("\ufffd", text)
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", text)
+    text = _CONTROL.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
     if limit is not None and len(text) > limit:
-        text = text[:limit - 1] + "…"
+        text = text[: limit - 1] + "…"
     return text
 
 

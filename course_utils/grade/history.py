@@ -20,7 +20,7 @@ from pathlib import Path
 from ..lang import LANGUAGES, current_language, normalize_language, pick
 
 HISTORY_ENV = "ATTN_HISTORY"
-BREAK_SECONDS = 30 * 60   # a pause longer than this between two checks of an exercise is a break, not work
+BREAK_SECONDS = 30 * 60  # a pause longer than this between two checks of an exercise is a break, not work
 
 
 def history_file() -> Path | None:
@@ -46,11 +46,16 @@ def record(result, now: float | None = None) -> bool:
     if path is None or _instructor_run():
         return False
     first = result.messages[0] if result.messages and not result.passed else None
-    entry = {"time": time.time() if now is None else now, "exercise": result.exercise, "passed": bool(result.passed),
-             "checks_passed": result.checks_passed, "checks_total": result.checks_total,
-             "mistake": None if result.passed else (result.diagnosis or "failed"),
-             "mistake_en": None if first is None else _render(first, "en"),
-             "mistake_zh": None if first is None else _render(first, "zh")}
+    entry = {
+        "time": time.time() if now is None else now,
+        "exercise": result.exercise,
+        "passed": bool(result.passed),
+        "checks_passed": result.checks_passed,
+        "checks_total": result.checks_total,
+        "mistake": None if result.passed else (result.diagnosis or "failed"),
+        "mistake_en": None if first is None else _render(first, "en"),
+        "mistake_zh": None if first is None else _render(first, "zh"),
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
@@ -76,8 +81,11 @@ def read(path: Path | None = None) -> list:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and isinstance(entry.get("exercise"), str) and isinstance(entry.get("time"),
-                                                                                             (int, float)):
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("exercise"), str)
+            and isinstance(entry.get("time"), (int, float))
+        ):
             entries.append(entry)
     return sorted(entries, key=lambda e: e["time"])
 
@@ -93,23 +101,25 @@ def clear(path: Path | None = None) -> bool:
 
 # ---------------------------------------------------------------------------------------------------- the summary
 
+
 @dataclass
 class Progress:
     """One exercise as the learner has worked on it."""
+
     exercise: str
-    checks: int = 0                       # times check() ran
-    passed: bool = False                  # passed at least once
-    best: str = ""                        # the most checks passed at once, "p/t"
-    seconds: float = 0.0                  # from the first check to the first pass (or the last check), breaks left out
+    checks: int = 0  # times check() ran
+    passed: bool = False  # passed at least once
+    best: str = ""  # the most checks passed at once, "p/t"
+    seconds: float = 0.0  # from the first check to the first pass (or the last check), breaks left out
     mistakes: dict = field(default_factory=dict)  # mistake key -> (English, Chinese) text, in the order first made
-    fixed: set = field(default_factory=set)       # mistakes followed by a pass
+    fixed: set = field(default_factory=set)  # mistakes followed by a pass
 
 
 def summarise(entries: list) -> list:
     """Per exercise, in the order first checked."""
     found: dict = {}
     last: dict = {}
-    made_at: dict = {}   # (exercise, mistake) -> when last made
+    made_at: dict = {}  # (exercise, mistake) -> when last made
     for entry in entries:
         ex, now = entry["exercise"], entry["time"]
         p = found.setdefault(ex, Progress(ex))
@@ -145,12 +155,26 @@ def table(progress: list, lang: str | None = None) -> str:
     """The progress as a plain-text table in ``lang`` (default: the course's current language)."""
     lang = normalize_language(lang) if lang else current_language()
     if not progress:
-        return pick("No check recorded yet: run an exercise's check cell.",
-                    "还没有记录：先运行某道练习的检查单元格。", lang)
-    head = [pick("exercise", "练习", lang), pick("status", "状态", lang), pick("checks", "检查次数", lang),
-            pick("best", "最好成绩", lang), pick("time", "用时", lang)]
-    rows = [[p.exercise, pick("passed", "已通过", lang) if p.passed else pick("not yet", "未通过", lang), str(p.checks),
-             p.best, _minutes(p.seconds)] for p in progress]
+        return pick(
+            "No check recorded yet: run an exercise's check cell.", "还没有记录：先运行某道练习的检查单元格。", lang
+        )
+    head = [
+        pick("exercise", "练习", lang),
+        pick("status", "状态", lang),
+        pick("checks", "检查次数", lang),
+        pick("best", "最好成绩", lang),
+        pick("time", "用时", lang),
+    ]
+    rows = [
+        [
+            p.exercise,
+            pick("passed", "已通过", lang) if p.passed else pick("not yet", "未通过", lang),
+            str(p.checks),
+            p.best,
+            _minutes(p.seconds),
+        ]
+        for p in progress
+    ]
     widths = [max(_width(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(_pad(c, w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -203,8 +227,10 @@ def show(lang: str | None = None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.grade.history",
-                                     description="Your own progress through the exercises (recorded by check()).")
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.grade.history",
+        description="Your own progress through the exercises (recorded by check()).",
+    )
     parser.add_argument("--clear", action="store_true", help="delete the recorded history")
     parser.add_argument("--figure", metavar="PNG", help="also save the figure to this file")
     parser.add_argument("--lang", choices=LANGUAGES, default=None)
@@ -213,8 +239,13 @@ def main(argv=None) -> int:
     path = history_file()
     if args.clear:
         gone = clear()
-        print(pick(f"history cleared ({path})" if gone else "no history to clear",
-                   f"已清除记录（{path}）" if gone else "没有可清除的记录", lang))
+        print(
+            pick(
+                f"history cleared ({path})" if gone else "no history to clear",
+                f"已清除记录（{path}）" if gone else "没有可清除的记录",
+                lang,
+            )
+        )
         return 0
     if path is None:
         print(pick(f"recording is off ({HISTORY_ENV}=off)", f"记录已关闭（{HISTORY_ENV}=off）", lang))
@@ -222,8 +253,13 @@ def main(argv=None) -> int:
     progress = summarise(read())
     print(table(progress, lang))
     print()
-    print(pick(f"(recorded on this machine only, in {path}; make progress-clear deletes it)",
-               f"（只记录在本机：{path}；make progress-clear 可清除）", lang))
+    print(
+        pick(
+            f"(recorded on this machine only, in {path}; make progress-clear deletes it)",
+            f"（只记录在本机：{path}；make progress-clear 可清除）",
+            lang,
+        )
+    )
     if args.figure and progress:
         import matplotlib
 

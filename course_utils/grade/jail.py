@@ -8,6 +8,7 @@ The child gets its plan on stdin and returns its result through a pipe; nothing 
 course's reference code is mounted in the sandbox: only ``sandbox/`` and the learner-side course_utils
 (``build_lib``). This module is the parent's side: it builds that tree and starts, limits and ends the child.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,13 +24,13 @@ from pathlib import Path
 from . import limits
 from .messages import Msg
 
-MEMORY_CAP = 4 << 30       # address space: torch needs ~1 GiB just to import
-MAX_FILE = 64 << 20        # any one file written
+MEMORY_CAP = 4 << 30  # address space: torch needs ~1 GiB just to import
+MAX_FILE = 64 << 20  # any one file written
 PRIVATE_DIR_SIZE = 64 << 20
-MAX_RESULT = 64 << 20      # bytes read back from the result pipe
-STDERR_TAIL = 4096         # bytes of stderr kept
-SANDBOX_UID = 61000        # + this grader process's block + a slot number: see sandbox_uid
-SLOTS_PER_GRADER = 64      # the uids of one grader process: one per worker slot
+MAX_RESULT = 64 << 20  # bytes read back from the result pipe
+STDERR_TAIL = 4096  # bytes of stderr kept
+SANDBOX_UID = 61000  # + this grader process's block + a slot number: see sandbox_uid
+SLOTS_PER_GRADER = 64  # the uids of one grader process: one per worker slot
 
 _SANDBOX = Path(__file__).resolve().parent / "sandbox"  # mounted as it is, at /grader
 _COURSE = _SANDBOX.parents[1]
@@ -52,12 +53,17 @@ class SandboxUnavailable(Exception):
 def _without(source: str, names) -> str:
     """``source`` with the bodies of the top-level functions ``names`` replaced by a refusal."""
     lines = source.splitlines(True)
-    for node in sorted((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names),
-                       key=lambda n: n.lineno, reverse=True):
+    for node in sorted(
+        (n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names),
+        key=lambda n: n.lineno,
+        reverse=True,
+    ):
         first, last = node.body[0].lineno - 1, node.end_lineno
         indent = " " * node.body[0].col_offset
-        lines[first:last] = [f"{indent}raise ImportError('course_utils.induction.{node.name} is not available "
-                             f"while a submission is graded: compute the scores yourself')\n"]
+        lines[first:last] = [
+            f"{indent}raise ImportError('course_utils.induction.{node.name} is not available "
+            f"while a submission is graded: compute the scores yourself')\n"
+        ]
     return "".join(lines)
 
 
@@ -75,8 +81,7 @@ def build_lib(dest: Path, with_model: bool = False) -> Path:
         for package in _MODEL_PACKAGES:
             shutil.copytree(_COURSE / package, site / package, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
         for name, withheld in _WITHHELD.items():
-            (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld),
-                                     encoding="utf-8")
+            (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld), encoding="utf-8")
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
@@ -103,8 +108,9 @@ def probe() -> str | None:
     elif shutil.which("bwrap") is None:
         why = Msg("sandbox.no_bwrap")
     else:
-        proc = subprocess.run([bwrap(), *_namespaces(), "--ro-bind", "/", "/", "--", "true"],
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [bwrap(), *_namespaces(), "--ro-bind", "/", "/", "--", "true"], capture_output=True, text=True, timeout=30
+        )
         if proc.returncode != 0:
             why = Msg("sandbox.no_namespaces", error=proc.stderr.strip()[:200])
     _probe_result.append(why)
@@ -132,9 +138,27 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
     """The bwrap command line that runs the harness on one submission."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
-    cmd = [bwrap(), *_namespaces(), "--die-with-parent", "--new-session",
-           "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-           "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"]
+    cmd = [
+        bwrap(),
+        *_namespaces(),
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+    ]
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(etc):
             cmd += ["--ro-bind", etc, etc]
@@ -145,18 +169,67 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
     if os.path.realpath(sys.prefix) != sys.prefix:  # the venv reached through a link
         cmd += _ro_bind_with_parents(sys.prefix, made)
     python = os.path.join(sys.prefix, "bin", "python3")
-    cmd += ["--ro-bind", str(lib), "/grader", "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/dev/shm",  # else unbounded
-            "--perms", "0777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/submission",
-            "--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/submission",
-            "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONWARNINGS", "ignore",
-            "--setenv", "TRITON_INTERPRET", "1", "--"]  # no GPU in here: exercise 14's kernels run interpreted
+    cmd += [
+        "--ro-bind",
+        str(lib),
+        "/grader",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(PRIVATE_DIR_SIZE),
+        "--tmpfs",
+        "/dev/shm",  # else unbounded
+        "--perms",
+        "0777",
+        "--size",
+        str(PRIVATE_DIR_SIZE),
+        "--tmpfs",
+        "/submission",
+        "--file",
+        str(submission_fd),
+        f"/submission/{submission_name}",
+        "--chdir",
+        "/submission",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/submission",
+        "--setenv",
+        "OMP_NUM_THREADS",
+        "1",
+        "--setenv",
+        "MPLBACKEND",
+        "Agg",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "PYTHONWARNINGS",
+        "ignore",
+        "--setenv",
+        "TRITON_INTERPRET",
+        "1",
+        "--",
+    ]  # no GPU in here: exercise 14's kernels run interpreted
     if os.geteuid() == 0:
         uid = str(sandbox_uid(slot))
-        cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs", "--"]
+        cmd += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
     return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
 
 
@@ -188,12 +261,20 @@ def _limits(nproc: int, box=None):
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE, MAX_FILE))
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
     return apply
 
 
 class Outcome:
-    def __init__(self, returncode, result: bytes, stderr_tail: str, timed_out: bool, too_big: bool,
-                 usage: limits.Usage | None = None):
+    def __init__(
+        self,
+        returncode,
+        result: bytes,
+        stderr_tail: str,
+        timed_out: bool,
+        too_big: bool,
+        usage: limits.Usage | None = None,
+    ):
         self.returncode, self.result, self.stderr_tail = returncode, result, stderr_tail
         self.timed_out, self.too_big = timed_out, too_big
         self.usage = usage or limits.Usage()
@@ -213,8 +294,9 @@ def _drain(stream, keep: int, sink: list, limit: int | None = None):
     sink.append((tail, limit is not None and total > limit))
 
 
-def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True,
-        with_model: bool = False) -> Outcome:
+def run(
+    submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True, with_model: bool = False
+) -> Outcome:
     """Run the harness on ``submission`` with ``plan``; the submission itself is only read."""
     result_r, result_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
@@ -234,23 +316,38 @@ def run(submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandbox
             cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w)]
             nproc = _user_processes() + limits.MAX_TASKS
             cwd = str(private)
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(private), "OMP_NUM_THREADS": "1",
-                   "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore",
-                   "TRITON_INTERPRET": "1"}  # as in the sandbox: exercise 14's kernels run in triton's interpreter
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": str(private),
+                "OMP_NUM_THREADS": "1",
+                "MPLBACKEND": "Agg",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONWARNINGS": "ignore",
+                "TRITON_INTERPRET": "1",
+            }  # as in the sandbox: exercise 14's kernels run in triton's interpreter
         box = limits.Box()  # the submission's total: memory over all its processes, tasks (see limits.py)
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, pass_fds=(result_w, sub.fileno()),
-                                    start_new_session=True, preexec_fn=_limits(nproc, box))
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(result_w, sub.fileno()),
+                start_new_session=True,
+                preexec_fn=_limits(nproc, box),
+            )
         except BaseException:
             box.close()
             raise
         box.watch(proc.pid)
         os.close(result_w)
         errs, results = [], []
-        readers = [threading.Thread(target=_drain, args=(proc.stderr, STDERR_TAIL, errs), daemon=True),
-                   threading.Thread(target=_drain, args=(os.fdopen(result_r, "rb"), 0, results, MAX_RESULT),
-                                    daemon=True)]
+        readers = [
+            threading.Thread(target=_drain, args=(proc.stderr, STDERR_TAIL, errs), daemon=True),
+            threading.Thread(target=_drain, args=(os.fdopen(result_r, "rb"), 0, results, MAX_RESULT), daemon=True),
+        ]
         for t in readers:
             t.start()
         try:

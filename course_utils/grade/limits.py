@@ -16,6 +16,7 @@ this host offers, chosen once per grader process (``mechanism()``):
 
 ``ATTN_GRADE_LIMITS=rlimits`` forces the fallback (tests, or a host whose cgroups misbehave).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-MEMORY_TOTAL = 4 << 30      # all of one submission's processes, shared memory and tmpfs together
-MAX_TASKS = 64              # processes and threads in the submission's cgroup (and of the sandbox's user)
-FALLBACK_TASKS = 16         # without a cgroup: RLIMIT_NPROC (per sandbox user), so RLIMIT_AS x 16 at worst
-SAMPLE_SECONDS = 0.1        # the fallback's watchdog
-SUBMISSION_BUDGET = 30.0    # seconds of wall time per submission, all its sandboxes together (--timeout)
+MEMORY_TOTAL = 4 << 30  # all of one submission's processes, shared memory and tmpfs together
+MAX_TASKS = 64  # processes and threads in the submission's cgroup (and of the sandbox's user)
+FALLBACK_TASKS = 16  # without a cgroup: RLIMIT_NPROC (per sandbox user), so RLIMIT_AS x 16 at worst
+SAMPLE_SECONDS = 0.1  # the fallback's watchdog
+SUBMISSION_BUDGET = 30.0  # seconds of wall time per submission, all its sandboxes together (--timeout)
 ENV = "ATTN_GRADE_LIMITS"
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -79,7 +80,7 @@ def _where(mount, own_path: str) -> Path:
     """The directory of the cgroup ``own_path`` under ``mount`` (point, root): a container may mount a subtree."""
     point, root = mount
     if root != "/" and (own_path == root or own_path.startswith(root + "/")):
-        own_path = own_path[len(root):]
+        own_path = own_path[len(root) :]
     return Path(point) / own_path.lstrip("/")
 
 
@@ -293,6 +294,7 @@ def _events(path: Path) -> dict:
 # ------------------------------------------------------------------------------------------------------
 # the fallback's view of a process tree (/proc)
 
+
 def descendants(root: int) -> list[int]:
     """``root`` and every process below it (by parent pid), from /proc."""
     children: dict[int, list[int]] = {}
@@ -304,7 +306,7 @@ def descendants(root: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
     while todo:

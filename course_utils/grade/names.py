@@ -1,6 +1,7 @@
 """Submission file names from strangers: bytes that are not UTF-8, 255-byte names, odd characters. A name is
 shown escaped (``escape.printable``), and each submission's feedback file gets a name derived from it that is
 safe on every filesystem, unique in the batch (also where case does not count) and within the 255-byte limit."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,8 @@ import re
 
 from .escape import printable
 
-MAX_SHOWN = 120          # characters of a name in grades.csv, the terminal and the feedback
-MAX_FILE_BYTES = 200     # a feedback file's name, ".md" included: under the common 255-byte limit
+MAX_SHOWN = 120  # characters of a name in grades.csv, the terminal and the feedback
+MAX_FILE_BYTES = 200  # a feedback file's name, ".md" included: under the common 255-byte limit
 _SAFE = re.compile(r"[^\w.\-]")  # letters and digits of any script, '_', '.', '-'
 
 
@@ -26,8 +27,12 @@ def _digest(name: str) -> str:
 def feedback_name(name: str, taken: set) -> str:
     """``<name>.md`` where that is a plain, short, unused name; else a cleaned stem with a digest of the original
     bytes. ``taken`` (lower-cased names already given) is updated."""
-    plain = (not _SAFE.search(name) and not name.startswith(".") and name.isprintable()
-             and len(os.fsencode(name)) + 3 <= MAX_FILE_BYTES)
+    plain = (
+        not _SAFE.search(name)
+        and not name.startswith(".")
+        and name.isprintable()
+        and len(os.fsencode(name)) + 3 <= MAX_FILE_BYTES
+    )
     candidate = name + ".md" if plain else None
     if candidate is None or candidate.lower() in taken:
         stem = _SAFE.sub("_", printable(name).replace("\\", "_")).lstrip(".") or "submission"

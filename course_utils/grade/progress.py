@@ -1,5 +1,6 @@
 """What the instructor sees while a class grades: on a terminal, one bar redrawn in place with the count and the
 time left; in a log (not a terminal), one line per file as it finishes. Names are escaped (``escape``)."""
+
 from __future__ import annotations
 
 import sys
@@ -28,7 +29,13 @@ class Progress:
             line = Msg("batch.progress_bar", bar=bar, done=done, count=count, left=left).render(self.lang)
             self.stream.write("\r\x1b[K" + terminal(line) + ("\n" if done == count else ""))
         else:
-            line = Msg("batch.progress_line", done=done, count=count, name=shown(name),
-                       status=status(report, self.lang), seconds=report.seconds).render(self.lang)
+            line = Msg(
+                "batch.progress_line",
+                done=done,
+                count=count,
+                name=shown(name),
+                status=status(report, self.lang),
+                seconds=report.seconds,
+            ).render(self.lang)
             self.stream.write(terminal(one_line(line)) + "\n")
         self.stream.flush()

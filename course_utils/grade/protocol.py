@@ -5,6 +5,7 @@ Nothing the learner's process returns is trusted: ``validate`` keeps only plain 
 plan asks for, with bounded sizes, and plain strings in error descriptions; the verdict (``diagnose``) then
 compares them with the reference computed here.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,12 +32,28 @@ class BadResult(Exception):
 
 
 def plan_case(case: Case) -> dict:
-    return {"name": case.name, "params": case.params, "given_past": case.given_past,
-            "present_names": list(case.meta.get("present_names", ("keys", "values"))),
-            "calls": [{"x": c.x, "train": c.train, "seed": c.seed, "grad": c.grad, "past": c.past,
-                       "use_cache": c.use_cache, "kwargs": c.kwargs, "args": c.args, "tile_bound": c.tile_bound,
-                       "bound_label": c.bound_label, "peak_bound": c.peak_bound}
-                      for c in case.calls]}
+    return {
+        "name": case.name,
+        "params": case.params,
+        "given_past": case.given_past,
+        "present_names": list(case.meta.get("present_names", ("keys", "values"))),
+        "calls": [
+            {
+                "x": c.x,
+                "train": c.train,
+                "seed": c.seed,
+                "grad": c.grad,
+                "past": c.past,
+                "use_cache": c.use_cache,
+                "kwargs": c.kwargs,
+                "args": c.args,
+                "tile_bound": c.tile_bound,
+                "bound_label": c.bound_label,
+                "peak_bound": c.peak_bound,
+            }
+            for c in case.calls
+        ],
+    }
 
 
 def probe(exercise: str | Exercise) -> dict:
@@ -51,8 +68,11 @@ def probe(exercise: str | Exercise) -> dict:
     for m in ex.mutants():
         out = cached_outputs(ex.expected, case, m.variant)
         t = None if isinstance(out, Exception) else out.get("step1.out")
-        if isinstance(t, torch.Tensor) and t.shape == correct.shape and not any(torch.allclose(t, u, atol=1e-6)
-                                                                              for u in targets):
+        if (
+            isinstance(t, torch.Tensor)
+            and t.shape == correct.shape
+            and not any(torch.allclose(t, u, atol=1e-6) for u in targets)
+        ):
             targets.append(t)
     return {"ctor": case.ctor, "params": case.params, "x": case.calls[0].x, "targets": targets}
 
@@ -61,12 +81,21 @@ def plan(ex: Exercise, cases: list, square: list | None = None) -> dict:
     """What the harness needs for one exercise, and nothing else: no expected outputs, no seed. Interview
     mode also sends ``square`` cases, for a class written in another dialect than the book's."""
     function = ex.kind == "function"
-    out = {"class": ex.contract, "trace": ex.interview, "function": function,
-           "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
-           "cases": [plan_case(c) for c in cases]}
+    out = {
+        "class": ex.contract,
+        "trace": ex.interview,
+        "function": function,
+        "ctor_args": [[] if function else [c.ctor[a] for a in ex.args] for c in cases],
+        "cases": [plan_case(c) for c in cases],
+    }
     if square is not None:
-        out.update(dialects=True, square_cases=[plan_case(c) for c in square], square_ctors=[c.ctor for c in square],
-                   ctors=[c.ctor for c in cases], probe=probe(ex))
+        out.update(
+            dialects=True,
+            square_cases=[plan_case(c) for c in square],
+            square_ctors=[c.ctor for c in square],
+            ctors=[c.ctor for c in cases],
+            probe=probe(ex),
+        )
     return out
 
 
@@ -96,11 +125,16 @@ class Graded:
             name, mask = _dialect_name(str(dialect.get("name"))[:80]), _mask_convention(str(dialect.get("mask"))[:80])
             square = dialect.get("square", True) is not False  # d_in and d_out by name: the book's cases
             # per case: a class that follows qkv_bias has the biases in some of the book's cases only
-            self.cases = [without_biases(c, _no_bias(rec, no_bias)) for c, rec in
-                          zip(self.square if square else self.cases, raw + [None] * len(self.cases), strict=False)]
+            self.cases = [
+                without_biases(c, _no_bias(rec, no_bias))
+                for c, rec in zip(self.square if square else self.cases, raw + [None] * len(self.cases), strict=False)
+            ]
             no_bias = sorted(set(no_bias).intersection(*[_no_bias(rec, no_bias) for rec in raw]))
-            self.assumed = (Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ",")) if no_bias
-                            else Msg("assumed", name=name, mask=mask))
+            self.assumed = (
+                Msg("assumed.no_bias", name=name, mask=mask, roles=joined(no_bias, ","))
+                if no_bias
+                else Msg("assumed", name=name, mask=mask)
+            )
             mapping, placement = (_said_by_child(dialect.get(k)) for k in ("ctor", "placement"))
             if mapping and placement:
                 self.assumed = Msg("assumed.placed", assumed=self.assumed, mapping=mapping, placement=placement)
@@ -135,7 +169,7 @@ _MASK_KEYS = dict(zip(dialects.MASKS, ("mask.built_in", "mask.keep", "mask.hidde
 
 def _mask_convention(mask: str):
     """The mask convention the child settled on (dialects.Caller.settle), as a text of the catalogue."""
-    base = mask[:-len(dialects.NOT_CAUSAL)] if mask.endswith(dialects.NOT_CAUSAL) else mask
+    base = mask[: -len(dialects.NOT_CAUSAL)] if mask.endswith(dialects.NOT_CAUSAL) else mask
     if base not in _MASK_KEYS:
         return mask
     return Msg("mask.not_causal", mask=Msg(_MASK_KEYS[base])) if base != mask else Msg(_MASK_KEYS[base])
@@ -175,7 +209,7 @@ def _clean_error(err) -> dict | None:
         value = err.get(key)
         if not isinstance(value, kind):
             raise BadResult(Msg("bad.error_field", field=repr(key)))
-        clean[key] = value[:harness.MAX_MESSAGE] if isinstance(value, str) else value
+        clean[key] = value[: harness.MAX_MESSAGE] if isinstance(value, str) else value
     if clean["where"] not in _WHERES:
         raise BadResult(Msg("bad.error_place"))
     with_texts(clean, err)
@@ -215,8 +249,14 @@ def validate(records, cases: list) -> list:
         calls = rec.get("calls") or []
         if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
             raise BadResult(Msg("bad.calls"))
-        clean.append({"case": case.name, "error": _clean_error(rec.get("error")), "outputs": kept,
-                      "calls": [c[:80] for c in calls[:20]]})
+        clean.append(
+            {
+                "case": case.name,
+                "error": _clean_error(rec.get("error")),
+                "outputs": kept,
+                "calls": [c[:80] for c in calls[:20]],
+            }
+        )
     return clean
 
 

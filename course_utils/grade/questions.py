@@ -1,5 +1,6 @@
 """Interview mode's numeric follow-ups, checked: ``answer("kv_cache_bytes", 2 * 32 * ...)`` in a notebook. Each
 question names the common wrong answers (a factor of 2 missing, float32 instead of float16, one head only)."""
+
 from __future__ import annotations
 
 import math
@@ -13,38 +14,59 @@ LLAMA2_7B = Msg("q.llama2_7b")  # Llama-2-7B (32 layers, 32 heads, 32 KV heads, 
 
 @dataclass(frozen=True)
 class Question:
-    text: str                       # the question (a text of messages.py)
-    answer: object                  # a number, or the canonical phrase of a choice
+    text: str  # the question (a text of messages.py)
+    answer: object  # a number, or the canonical phrase of a choice
     wrong: dict = field(default_factory=dict)  # a known wrong answer -> what it means
-    accept: tuple = ()              # other spellings of a choice
+    accept: tuple = ()  # other spellings of a choice
 
 
 QUESTIONS = {
     "kv_cache_bytes": Question(
         Msg("q.kv_cache_bytes", model=LLAMA2_7B),
         2 * 32 * 32 * 128 * 4096 * 2,
-        {32 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.only_k"),
-         2 * 32 * 32 * 128 * 4096 * 4: Msg("q.kv_cache_bytes.float32"),
-         2 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.one_layer"),
-         2.0: Msg("q.kv_cache_bytes.gib")}),
+        {
+            32 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.only_k"),
+            2 * 32 * 32 * 128 * 4096 * 4: Msg("q.kv_cache_bytes.float32"),
+            2 * 32 * 128 * 4096 * 2: Msg("q.kv_cache_bytes.one_layer"),
+            2.0: Msg("q.kv_cache_bytes.gib"),
+        },
+    ),
     "score_flops": Question(
         Msg("q.score_flops", model=LLAMA2_7B),
         2 * 32 * 4096 * 4096 * 128,
-        {32 * 4096 * 4096 * 128: Msg("q.score_flops.multiply_adds"),
-         16 * 4096 * 4096 * 128: Msg("q.score_flops.causal_multiply_adds"),
-         2 * 4096 * 4096 * 128: Msg("q.score_flops.one_head"),
-         2 * 4096 * 4096 * 4096: Msg("q.score_flops.d_model")}),
+        {
+            32 * 4096 * 4096 * 128: Msg("q.score_flops.multiply_adds"),
+            16 * 4096 * 4096 * 128: Msg("q.score_flops.causal_multiply_adds"),
+            2 * 4096 * 4096 * 128: Msg("q.score_flops.one_head"),
+            2 * 4096 * 4096 * 4096: Msg("q.score_flops.d_model"),
+        },
+    ),
     "grows_with_context": Question(
         Msg("q.grows_with_context"),
         "keys and values",
-        {"queries": Msg("q.grows_with_context.queries"),
-         # the model's weights (the choice the question offers) and the attention weights (not kept between steps)
-         **dict.fromkeys(("parameters", "weights", "model weights", "model parameters", "weight matrices",
-                          "the parameters", "the model's weights", "the model's parameters"),
-                         Msg("q.grows_with_context.weights")),
-         **dict.fromkeys(("attention weights", "the attention weights", "attention scores", "scores", "the scores"),
-                         Msg("q.grows_with_context.attention_weights"))},
-        accept=("kv", "k and v", "keys/values", "kv cache", "the kv cache", "keys, values", "k, v")),
+        {
+            "queries": Msg("q.grows_with_context.queries"),
+            # the model's weights (the choice the question offers) and the attention weights (not kept between steps)
+            **dict.fromkeys(
+                (
+                    "parameters",
+                    "weights",
+                    "model weights",
+                    "model parameters",
+                    "weight matrices",
+                    "the parameters",
+                    "the model's weights",
+                    "the model's parameters",
+                ),
+                Msg("q.grows_with_context.weights"),
+            ),
+            **dict.fromkeys(
+                ("attention weights", "the attention weights", "attention scores", "scores", "the scores"),
+                Msg("q.grows_with_context.attention_weights"),
+            ),
+        },
+        accept=("kv", "k and v", "keys/values", "kv cache", "the kv cache", "keys, values", "k, v"),
+    ),
 }
 
 
@@ -101,9 +123,16 @@ def check_answers(answers: dict, *, quiet: bool = False, lang: str | None = None
         key = "not_implemented" if all(r.diagnosis == "not_implemented" for r in results.values()) else "wrong_answer"
         # none answered: one "not implemented yet" before the questions, not one per question after it
         asked = [Msg("q.line", question=q, why=QUESTIONS[q].text) for q in results if q in QUESTIONS]
-        result = Result("interview_numbers", False, round(passed / total, 3), passed, total, key,
-                        [Msg("not_implemented.answers", answers=joined(asked)) if key == "not_implemented"
-                         else wrong[0]] + ([] if key == "not_implemented" else wrong[1:]))
+        result = Result(
+            "interview_numbers",
+            False,
+            round(passed / total, 3),
+            passed,
+            total,
+            key,
+            [Msg("not_implemented.answers", answers=joined(asked)) if key == "not_implemented" else wrong[0]]
+            + ([] if key == "not_implemented" else wrong[1:]),
+        )
     if not quiet:
         print(result.report(lang))
     return result

@@ -1,5 +1,6 @@
 """What the parent records of a learner's code besides its outputs: the calls it makes into the course's reference
 code (in-process grading), and the texts the sandboxed child said, as texts the grader can render."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """What an exercise is, for the grader: one ``Exercise`` declared in a module of its own in ``grade/exercises/``.
 Everything that differs between exercises is a field here; the runner, the verdict, the batch, the source reading
 and the messages look an exercise up by its id and never branch on the id itself."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,22 +19,23 @@ class Exercise:
     """One exercise. ``kind``: "class" (the learner's nn.Module runs on the grader's cases), "function" (the
     learner's function is called on them), "model" (the learner's function is called on trained models: the
     capstone, graded by ``model``, a module with make_cases, grade_function, verdict and failure)."""
-    id: str                      # check("<id>", ...), the column in grades.csv, the diagnosis keys' exercise
-    order: int                   # the column's place in grades.csv
-    notebook: str                # solutions/<notebook>.ipynb (and exercises/, and the zh-CN twins)
-    points: int                  # nbgrader points of its self-check cell
+
+    id: str  # check("<id>", ...), the column in grades.csv, the diagnosis keys' exercise
+    order: int  # the column's place in grades.csv
+    notebook: str  # solutions/<notebook>.ipynb (and exercises/, and the zh-CN twins)
+    points: int  # nbgrader points of its self-check cell
     kind: str
-    contract: str                # the class or function the learner defines
-    args: tuple[str, ...] = ()   # the constructor's (class) or the call's (function) arguments, in order
+    contract: str  # the class or function the learner defines
+    args: tuple[str, ...] = ()  # the constructor's (class) or the call's (function) arguments, in order
     cases: Callable[[torch.Generator], list[Case]] | None = None
     expected: Callable[[Case, Any], dict[str, Any]] | None = None  # {output name: tensor or None}; raises where
     # the variant crashes
-    correct: Any = None                   # the correct variant of the reference computation
+    correct: Any = None  # the correct variant of the reference computation
     mutants: Callable[[], list[Mutant]] | None = None  # most specific first (texts: the module's TEXTS)
-    interview: bool = False               # interview mode: no course_utils, no SDPA, other dialects accepted
+    interview: bool = False  # interview mode: no course_utils, no SDPA, other dialects accepted
     square_cases: Callable[[torch.Generator], list[Case]] | None = None  # interview mode: cases for a class in
     # another dialect (d_in = d_out)
-    model: Any = None                     # kind "model": the module that grades it
+    model: Any = None  # kind "model": the module that grades it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

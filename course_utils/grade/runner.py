@@ -1,5 +1,6 @@
 """Grade one submission file: read it here, run it in a sandbox on cases drawn from a secret seed, and
 compute the verdict here from the raw outputs that come back."""
+
 from __future__ import annotations
 
 import io
@@ -26,10 +27,10 @@ TOTAL_TIMEOUT = limits.SUBMISSION_BUDGET  # per submission, all its sandbox runs
 class SubmissionReport:
     path: str
     results: list = field(default_factory=list)  # Result per exercise
-    notes: list = field(default_factory=list)    # cell errors and other remarks
-    error: str | None = None                     # why nothing could be graded
-    peak_memory: int = 0                         # bytes, the largest of its sandbox runs (0 where not measured)
-    seconds: float = 0.0                         # wall time, set by the batch
+    notes: list = field(default_factory=list)  # cell errors and other remarks
+    error: str | None = None  # why nothing could be graded
+    peak_memory: int = 0  # bytes, the largest of its sandbox runs (0 where not measured)
+    seconds: float = 0.0  # wall time, set by the batch
     limit_notes: list = field(default_factory=list, repr=False)  # limits hit by a run that still finished
 
     @property
@@ -39,8 +40,13 @@ class SubmissionReport:
     def to_dict(self, lang: str | None = None) -> dict:
         """Plain data, the texts in ``lang`` (default: the course's current language)."""
         lang = resolve(lang)
-        return {"path": self.path, "passed": self.passed, "error": text(self.error, lang),
-                "notes": [text(n, lang) for n in self.notes], "results": [r.to_dict(lang) for r in self.results]}
+        return {
+            "path": self.path,
+            "passed": self.passed,
+            "error": text(self.error, lang),
+            "notes": [text(n, lang) for n in self.notes],
+            "results": [r.to_dict(lang) for r in self.results],
+        }
 
 
 def _fail_all(report, exercises, key, message):
@@ -78,8 +84,9 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     """(data, None) from a run of the harness, or (None, (key, message)) when nothing usable came back."""
     buffer = io.BytesIO()
     torch.save(plan, buffer)
-    outcome = jail.run(path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed,
-                       with_model=with_model)
+    outcome = jail.run(
+        path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed, with_model=with_model
+    )
     usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
         report.peak_memory = max(report.peak_memory, usage.peak)
@@ -94,8 +101,15 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     if not outcome.result:
         tail = outcome.stderr_tail.strip().splitlines()[-1:]
         memory = (tail and "MemoryError" in tail[0]) or outcome.returncode in (-9, 137)
-        return None, ("crashed", Msg("run.ended", code=outcome.returncode, memory=Msg("run.ended_memory") if memory
-                                     else "", tail=Msg("run.ended_tail", text=tail[0][:200]) if tail else ""))
+        return None, (
+            "crashed",
+            Msg(
+                "run.ended",
+                code=outcome.returncode,
+                memory=Msg("run.ended_memory") if memory else "",
+                tail=Msg("run.ended_tail", text=tail[0][:200]) if tail else "",
+            ),
+        )
     try:
         data = torch.load(io.BytesIO(outcome.result), weights_only=True)
         if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
@@ -103,8 +117,11 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
     if usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
-        report.limit_notes.append(Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
-                                  if usage.hit == "memory" else Msg("run.over_processes", limit=limits.MAX_TASKS))
+        report.limit_notes.append(
+            Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
+            if usage.hit == "memory"
+            else Msg("run.over_processes", limit=limits.MAX_TASKS)
+        )
     return data, None
 
 
@@ -127,15 +144,29 @@ def _model_records(entry, count) -> list:
         if err is not None:
             if not isinstance(err, dict):
                 raise protocol.BadResult(Msg("bad.error"))
-            err = protocol.with_texts({"type": str(err.get("type"))[:80], "message": str(err.get("message"))[:1200],
-                                       "line": None if err.get("line") is None else str(err.get("line"))[:300],
-                                       "not_implemented": err.get("not_implemented") is True, "where": "call"}, err)
+            err = protocol.with_texts(
+                {
+                    "type": str(err.get("type"))[:80],
+                    "message": str(err.get("message"))[:1200],
+                    "line": None if err.get("line") is None else str(err.get("line"))[:300],
+                    "not_implemented": err.get("not_implemented") is True,
+                    "where": "call",
+                },
+                err,
+            )
         records.append({"case": i, "error": err, "answer": answer, "calls": []})
     return records
 
 
-def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout=TOTAL_TIMEOUT,
-               sandboxed: bool = True, slot: int = 0) -> SubmissionReport:
+def grade_file(
+    path,
+    exercises=None,
+    *,
+    cell_timeout=CELL_TIMEOUT,
+    total_timeout=TOTAL_TIMEOUT,
+    sandboxed: bool = True,
+    slot: int = 0,
+) -> SubmissionReport:
     """Grade ``path`` (.py or .ipynb) on ``exercises`` (default: those found in it); never raises for a
     broken submission. The submission file is only read. ``sandboxed=False`` runs it in a plain child
     process (trusted submissions, or a machine without bubblewrap). The capstone's exercise runs in a sandbox
@@ -174,8 +205,14 @@ def grade_file(path, exercises=None, *, cell_timeout=CELL_TIMEOUT, total_timeout
     graded = {ex.id: protocol.Graded(ex) for ex in on_cases}  # a fresh secret seed per submission
     base = {"cell_timeout": float(cell_timeout), "cells": prepared}
     if on_cases:
-        data, failed = _sandbox(path, {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in on_cases}},
-                                total_timeout, slot, sandboxed, report=report)
+        data, failed = _sandbox(
+            path,
+            {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in on_cases}},
+            total_timeout,
+            slot,
+            sandboxed,
+            report=report,
+        )
         if failed:
             _fail_all(report, [ex.id for ex in on_cases], *failed)
         else:
@@ -218,8 +255,11 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
     refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
     if refusals:
         return grader.verdict(ex, [], refusals, seed)
-    plan = {**base, "exercises": {},
-            "models": {ex: {"function": exercise.contract, "checkpoints": [c.state for c in cases]}}}
+    plan = {
+        **base,
+        "exercises": {},
+        "models": {ex: {"function": exercise.contract, "checkpoints": [c.state for c in cases]}},
+    }
     data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True, report=report)
     if failed:
         return grader.failure(ex, *failed, seed=seed)
@@ -234,8 +274,7 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
     try:
         records = _model_records(entry, len(cases))
     except protocol.BadResult as exc:
-        return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""),
-                                      seed=seed)
+        return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""), seed=seed)
     for rec, case in zip(records, cases, strict=False):
         rec["case"] = case.name
     return grader.verdict(ex, records, None, seed)

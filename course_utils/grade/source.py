@@ -1,4 +1,5 @@
 """Reading submissions (.py or .ipynb) and what can be seen in their source without running it."""
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,20 @@ class SubmissionError(Exception):
 
 # course_utils names a submission may import: the self-check, the book's data, device helpers, plots, and the
 # KV-cache size formula (arithmetic that implements no part of any exercise)
-ALLOWED_COURSE_NAMES = {"grade", "check", "data", "device", "viz", "book_inputs", "book_batch", "BOOK_TOKENS",
-                        "get_device", "synchronize", "DEVICE_ENV_VAR", "kv_cache_bytes"}
+ALLOWED_COURSE_NAMES = {
+    "grade",
+    "check",
+    "data",
+    "device",
+    "viz",
+    "book_inputs",
+    "book_batch",
+    "BOOK_TOKENS",
+    "get_device",
+    "synchronize",
+    "DEVICE_ENV_VAR",
+    "kv_cache_bytes",
+}
 # what the grader's own process reads and parses of one submission, checked before any parse: an exercise notebook
 # is under 40 KiB with under 8 KiB of code; a 4 MB literal would cost ast.parse 2 GiB
 MAX_FILE_BYTES = 8 << 20
@@ -46,8 +59,11 @@ def read_cells(path) -> list[dict]:
     except OSError as exc:
         raise SubmissionError(Msg("source.cannot_read", name=path.name, error=exc.strerror or str(exc))) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SubmissionError(Msg("source.too_big", limit=MAX_FILE_BYTES >> 20) if path.suffix == ".py" else
-                              Msg("source.too_big_without_outputs", limit=MAX_FILE_BYTES >> 20))
+        raise SubmissionError(
+            Msg("source.too_big", limit=MAX_FILE_BYTES >> 20)
+            if path.suffix == ".py"
+            else Msg("source.too_big_without_outputs", limit=MAX_FILE_BYTES >> 20)
+        )
     if not data.strip():
         raise SubmissionError(Msg("source.empty"))
     try:
@@ -73,8 +89,13 @@ def read_cells(path) -> list[dict]:
         metadata = cell.get("metadata")
         nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
         grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
-        cells.append({"index": i, "source": _text(cell.get("source")),
-                      "grade_id": grade_id if isinstance(grade_id, str) else None})
+        cells.append(
+            {
+                "index": i,
+                "source": _text(cell.get("source")),
+                "grade_id": grade_id if isinstance(grade_id, str) else None,
+            }
+        )
     return _bounded(cells)
 
 
@@ -93,10 +114,10 @@ def _without_outputs(fh) -> bytes:
     Reads at most MAX_NOTEBOOK_BYTES; stops once what is kept exceeds MAX_FILE_BYTES (the caller refuses it).
     What is not JSON is left for json.loads to name."""
     kept, size, total = [], 0, 0
-    stack = []                # b"{" or b"[" of each open container that is kept
+    stack = []  # b"{" or b"[" of each open container that is kept
     in_string = escape = at_key = expecting_key = False
-    key = last_key = b""      # the key being read, the last key read (its first bytes)
-    skip = 0                  # depth inside a dropped value (0: keeping)
+    key = last_key = b""  # the key being read, the last key read (its first bytes)
+    skip = 0  # depth inside a dropped value (0: keeping)
     while size <= MAX_FILE_BYTES:
         chunk = fh.read(_CHUNK)
         total += len(chunk)
@@ -112,10 +133,10 @@ def _without_outputs(fh) -> bytes:
                     continue
                 end = _STRING_BODY.match(chunk, pos).end()
                 if at_key:
-                    key = (key + chunk[pos:min(end, pos + 16)])[:16]
+                    key = (key + chunk[pos : min(end, pos + 16)])[:16]
                 if end == len(chunk):
                     pos = end
-                elif chunk[end:end + 1] == b"\\":  # the chunk ends inside an escape: the next byte is escaped
+                elif chunk[end : end + 1] == b"\\":  # the chunk ends inside an escape: the next byte is escaped
                     pos, escape = end + 1, True
                 else:
                     pos, in_string = end + 1, False
@@ -126,7 +147,7 @@ def _without_outputs(fh) -> bytes:
                 pos = _SKIPPED_RUN.match(chunk, pos).end()
                 if pos == len(chunk):
                     break
-                c, pos = chunk[pos:pos + 1], pos + 1
+                c, pos = chunk[pos : pos + 1], pos + 1
                 if c == b'"':
                     in_string = True
                 else:
@@ -141,7 +162,7 @@ def _without_outputs(fh) -> bytes:
                 in_string, key, at_key = True, b"", expecting_key
             elif c in (b"{", b"["):
                 if stack == [b"{", b"[", b"{"] and not expecting_key and last_key in _DROPPED:
-                    kept.append(chunk[start:m.start()] + _DROPPED[last_key])  # a cell's outputs: dropped
+                    kept.append(chunk[start : m.start()] + _DROPPED[last_key])  # a cell's outputs: dropped
                     size += m.start() - start + 2
                     skip, start = 1, None
                 else:
@@ -193,8 +214,9 @@ def prepare_cell(source: str) -> tuple[str, Msg | None]:
         m = _LINE_MAGIC.match(line)
         if m and not line.lstrip().startswith("%%"):
             indent, name, rest = m.groups()
-            out.append(indent + (rest if line.lstrip()[0] == "%" and name in _STATEMENT_LINE_MAGICS and rest
-                                 else "pass"))
+            out.append(
+                indent + (rest if line.lstrip()[0] == "%" and name in _STATEMENT_LINE_MAGICS and rest else "pass")
+            )
         else:
             out.append(line)
     return "\n".join(out), None
@@ -219,8 +241,9 @@ def check_calls(source: str) -> list[tuple[str, str | None]]:
     if tree is None:
         return [(m.group(1), m.group(2)) for m in re.finditer(r"\bcheck\(\s*['\"](\w+)['\"]\s*,\s*(\w+)", source)]
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "check"
-                                           or getattr(node.func, "attr", None) == "check"):
+        if isinstance(node, ast.Call) and (
+            getattr(node.func, "id", None) == "check" or getattr(node.func, "attr", None) == "check"
+        ):
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 name = node.args[1].id if len(node.args) > 1 and isinstance(node.args[1], ast.Name) else None
                 found.append((node.args[0].value, name))
@@ -255,8 +278,14 @@ def find_exercises(cells: list[dict]) -> list[str]:
             else:  # a syntax error: still find the exercise, so that the report can name the error
                 defined |= set(re.findall(r"^class\s+(\w+)", cell["source"], re.M))
                 functions |= set(re.findall(r"^def\s+(\w+)", cell["source"], re.M))
-        found = [ex.id for ex in EXERCISES.values() if ex.kind != "model" and not ex.interview
-                 and ex.contract in defined and not _interview_answer(ex, inits.get(ex.contract))]
+        found = [
+            ex.id
+            for ex in EXERCISES.values()
+            if ex.kind != "model"
+            and not ex.interview
+            and ex.contract in defined
+            and not _interview_answer(ex, inits.get(ex.contract))
+        ]
         found += [ex.id for ex in EXERCISES.values() if ex.kind == "model" and ex.contract in functions]
         if not found and defined:
             found = interview_fallback(defined, inits)
@@ -277,7 +306,7 @@ def _interview_answer(ex, init) -> bool:
     in order; a stub's *args is the contract's): an answer to the interview exercise with the same contract."""
     if init is None or "*" in init or not any(o.interview and o.contract == ex.contract for o in EXERCISES.values()):
         return False
-    return tuple(init[:len(ex.args) - 1]) != tuple(ex.args[:-1])
+    return tuple(init[: len(ex.args) - 1]) != tuple(ex.args[:-1])
 
 
 def interview_fallback(defined: set, inits: dict) -> list:
@@ -320,8 +349,12 @@ def course_imports(source: str) -> list[str]:
             else:
                 found += [_at(f"course_utils.{a.name}", node) for a in node.names if a.name not in ALLOWED_COURSE_NAMES]
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr not in ALLOWED_COURSE_NAMES):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr not in ALLOWED_COURSE_NAMES
+        ):
             found.append(_at(f"course_utils.{node.attr}", node))
     return found
 

@@ -1,5 +1,6 @@
 """The grader's shared types: a case and its calls, a mutant, a result. They import nothing of the grader but
 its texts, so that every layer above can use them (see ARCHITECTURE.md)."""
+
 from __future__ import annotations
 
 import secrets
@@ -21,36 +22,38 @@ def new_seed() -> int:
 class Mutant:
     key: str
     message: str
-    variant: object             # the flags of one reference computation (heads.Variant, an exercise's own *Variant)
+    variant: object  # the flags of one reference computation (heads.Variant, an exercise's own *Variant)
     outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
-    paired: bool = True         # also tried two at a time with the others (diagnose.mutant_pairs)
+    paired: bool = True  # also tried two at a time with the others (diagnose.mutant_pairs)
 
 
 @dataclass
 class Call:
     """One call of the learner's module. ``past``: None, the index of an earlier call whose ``present`` is
     passed back, or "given" (the case's own past, which the module never produced)."""
+
     x: torch.Tensor
     train: bool = False
     seed: int = 0
     grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
     past: int | str | None = None
-    use_cache: bool | None = None     # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
+    use_cache: bool | None = None  # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
     kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
-    args: tuple[Any, ...] | None = None         # a function exercise: fn(*args) instead of a module's forward
-    tile_bound: int | None = None     # the largest float tensor the call may make (a tiled function, MLA absorbed)
-    bound_label: str = "tiled"        # the output that reports it: step<i>.<bound_label>, 1 = within the bound
-    peak_bound: int | None = None     # a tiled function: how far (bytes) the process's peak memory may rise
+    args: tuple[Any, ...] | None = None  # a function exercise: fn(*args) instead of a module's forward
+    tile_bound: int | None = None  # the largest float tensor the call may make (a tiled function, MLA absorbed)
+    bound_label: str = "tiled"  # the output that reports it: step<i>.<bound_label>, 1 = within the bound
+    peak_bound: int | None = None  # a tiled function: how far (bytes) the process's peak memory may rise
 
 
 @dataclass
 class Case:
     """One configuration: constructor arguments, parameters (by name) and the calls to make."""
+
     name: str
     ctor: dict[str, Any]
     params: dict[str, torch.Tensor]
     calls: list[Call]
-    kind: str = "plain"          # plain | grad | train | large | cache
+    kind: str = "plain"  # plain | grad | train | large | cache
     given_past: tuple[torch.Tensor, torch.Tensor] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -61,20 +64,22 @@ class Case:
 
 class NoGradient(Exception):
     """The reference variant's output carries no gradient (the learner's forward ran under no_grad)."""
+
     where = "backward"
 
 
 @dataclass
 class Result:
     """A grading result; truthy when every check passed."""
+
     exercise: str
     passed: bool
     score: float
     checks_passed: int
     checks_total: int
-    diagnosis: str | None = None   # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
+    diagnosis: str | None = None  # a key such as 'scale_d_out', 'not_implemented', 'exception', ...
     messages: list[Any] = field(default_factory=list)  # texts (messages.Msg): English as str, render(lang) for others
-    assumed: str | None = None     # interview mode: the dialect and mask convention the grader assumed
+    assumed: str | None = None  # interview mode: the dialect and mask convention the grader assumed
 
     def __bool__(self) -> bool:
         return self.passed
@@ -89,8 +94,11 @@ class Result:
         if self.passed:
             return Msg("result.passed", exercise=self.exercise, total=self.checks_total).render(lang)
         first = self.messages[0] if self.messages else Msg("result.no_reason")
-        return one_line(Msg("result.failed", exercise=self.exercise, passed=self.checks_passed,
-                            total=self.checks_total, first=first).render(lang))
+        return one_line(
+            Msg(
+                "result.failed", exercise=self.exercise, passed=self.checks_passed, total=self.checks_total, first=first
+            ).render(lang)
+        )
 
     def report(self, lang: str | None = None) -> str:
         """The pass line, or the diagnosis and its details: in ``lang`` ('en' or 'zh'; default: the course's
@@ -112,6 +120,9 @@ class Result:
         and the diagnosis stay identifiers, the same in every language."""
         lang = resolve(lang)
         out = asdict(self)
-        out.update(exercise=str(self.exercise), messages=[text(m, lang) for m in self.messages],
-                   assumed=text(self.assumed, lang))
+        out.update(
+            exercise=str(self.exercise),
+            messages=[text(m, lang) for m in self.messages],
+            assumed=text(self.assumed, lang),
+        )
         return out

@@ -1,4 +1,5 @@
 """Input checks shared by the attention modules: clear ValueErrors instead of deep tracebacks."""
+
 from __future__ import annotations
 
 import torch
@@ -16,9 +17,7 @@ def check_tokens(x, d_in: int, context_length: int | None = None, name: str = "x
     if x.shape[-1] != d_in:
         raise ValueError(f"{name} has {x.shape[-1]} features in its last axis, but the module expects d_in={d_in}")
     if context_length is not None and x.shape[1] > context_length:
-        raise ValueError(
-            f"{name} has {x.shape[1]} tokens, longer than context_length={context_length}"
-        )
+        raise ValueError(f"{name} has {x.shape[1]} tokens, longer than context_length={context_length}")
 
 
 def check_divisible(numerator: int, denominator: int, what: str) -> None:

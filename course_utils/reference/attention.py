@@ -3,6 +3,7 @@
 Constructor signatures and the order in which parameters are created follow the book, so that
 with the same ``torch.manual_seed`` these modules print the book's numbers.
 """
+
 from __future__ import annotations
 
 import math

@@ -17,6 +17,7 @@ every load past the sequence's end is masked.
 Triton has no wheel for macOS or Windows: there ``TRITON_AVAILABLE`` is False and ``flash_attention_triton``
 raises a RuntimeError that says so.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,10 @@ def _interpreter_complete() -> bool:
     """Whether triton.language's own jit helpers were made for the interpreter (triton imported after the variable
     was set): otherwise calling tl.zeros inside an interpreted kernel fails."""
     from triton.runtime.interpreter import InterpretedFunction
+
     return isinstance(tl.zeros, InterpretedFunction)
+
+
 MAX_HEAD_DIM = 128
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): the GPU's exp2 is one instruction
 LN_2 = 0.6931471805599453
@@ -58,16 +62,39 @@ def block_sizes(head_dim: int, interpreted: bool) -> tuple[int, int, int, int]:
 if TRITON_AVAILABLE:
 
     @triton.jit
-    def _attend_key_block(q, m_i, l_i, acc, k_base, v_base, stride_kt, stride_kd, stride_vt, stride_vd,
-                          start_n, offs_m, offs_d, dim_ok, seq_len, qk_scale_log2,
-                          DIAGONAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _attend_key_block(
+        q,
+        m_i,
+        l_i,
+        acc,
+        k_base,
+        v_base,
+        stride_kt,
+        stride_kd,
+        stride_vt,
+        stride_vd,
+        start_n,
+        offs_m,
+        offs_d,
+        dim_ok,
+        seq_len,
+        qk_scale_log2,
+        DIAGONAL: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         """One step of the online softmax: BLOCK_N keys and values folded into (m_i, l_i, acc)."""
         offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key rows
         col_ok = offs_n < seq_len  # the last key block may run past the sequence
-        k = tl.load(k_base + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd,
-                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
-        v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd,
-                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        k = tl.load(
+            k_base + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+            mask=col_ok[:, None] & dim_ok[None, :],
+            other=0.0,
+        )  # (BLOCK_N, BLOCK_D)
+        v = tl.load(
+            v_base + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd,
+            mask=col_ok[:, None] & dim_ok[None, :],
+            other=0.0,
+        )
         s = tl.dot(q, tl.trans(k)) * qk_scale_log2  # (BLOCK_M, BLOCK_N) scaled scores, times log2(e)
         visible = col_ok[None, :] & (offs_m[:, None] >= 0)  # (BLOCK_M, BLOCK_N)
         if DIAGONAL:  # a block that crosses the diagonal: hide the keys after each query
@@ -82,13 +109,35 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def _flash_forward_kernel(
-        Q, K, V, O, LSE,
-        stride_qb, stride_qh, stride_qt, stride_qd,
-        stride_kb, stride_kh, stride_kt, stride_kd,
-        stride_vb, stride_vh, stride_vt, stride_vd,
-        stride_ob, stride_oh, stride_ot, stride_od,
-        num_heads, seq_len, head_dim, qk_scale_log2,
-        CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        Q,
+        K,
+        V,
+        O,
+        LSE,
+        stride_qb,
+        stride_qh,
+        stride_qt,
+        stride_qd,
+        stride_kb,
+        stride_kh,
+        stride_kt,
+        stride_kd,
+        stride_vb,
+        stride_vh,
+        stride_vt,
+        stride_vd,
+        stride_ob,
+        stride_oh,
+        stride_ot,
+        stride_od,
+        num_heads,
+        seq_len,
+        head_dim,
+        qk_scale_log2,
+        CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr,
     ):
         block_m = tl.program_id(0)  # which BLOCK_M queries
         batch_head = tl.program_id(1)  # which (batch, head)
@@ -112,15 +161,49 @@ if TRITON_AVAILABLE:
         # BLOCK_M is a multiple of BLOCK_N, so the diagonal's first key block starts at block_m * BLOCK_M.
         below = block_m * BLOCK_M if CAUSAL else seq_len
         for start_n in range(0, below, BLOCK_N):
-            m_i, l_i, acc = _attend_key_block(q, m_i, l_i, acc, k_base, v_base, stride_kt, stride_kd, stride_vt,
-                                              stride_vd, start_n, offs_m, offs_d, dim_ok, seq_len, qk_scale_log2,
-                                              False, BLOCK_N)
+            m_i, l_i, acc = _attend_key_block(
+                q,
+                m_i,
+                l_i,
+                acc,
+                k_base,
+                v_base,
+                stride_kt,
+                stride_kd,
+                stride_vt,
+                stride_vd,
+                start_n,
+                offs_m,
+                offs_d,
+                dim_ok,
+                seq_len,
+                qk_scale_log2,
+                False,
+                BLOCK_N,
+            )
         if CAUSAL:  # the blocks that cross the diagonal, masked; those above it are never loaded
             end = tl.minimum((block_m + 1) * BLOCK_M, seq_len)
             for start_n in range(below, end, BLOCK_N):
-                m_i, l_i, acc = _attend_key_block(q, m_i, l_i, acc, k_base, v_base, stride_kt, stride_kd,
-                                                  stride_vt, stride_vd, start_n, offs_m, offs_d, dim_ok, seq_len,
-                                                  qk_scale_log2, True, BLOCK_N)
+                m_i, l_i, acc = _attend_key_block(
+                    q,
+                    m_i,
+                    l_i,
+                    acc,
+                    k_base,
+                    v_base,
+                    stride_kt,
+                    stride_kd,
+                    stride_vt,
+                    stride_vd,
+                    start_n,
+                    offs_m,
+                    offs_d,
+                    dim_ok,
+                    seq_len,
+                    qk_scale_log2,
+                    True,
+                    BLOCK_N,
+                )
 
         out = acc / l_i[:, None]  # the one division, after the last block
         o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :] * stride_od
@@ -136,8 +219,10 @@ def _check_inputs(q, k, v) -> None:
         if t.ndim != 4:
             raise ValueError(f"{name} must have shape (batch, heads, seq_len, head_dim), got {tuple(t.shape)}")
     if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"q, k and v must have one shape (batch, heads, seq_len, head_dim), got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)} (this kernel does self-attention without GQA)")
+        raise ValueError(
+            f"q, k and v must have one shape (batch, heads, seq_len, head_dim), got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)} (this kernel does self-attention without GQA)"
+        )
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -149,22 +234,32 @@ def _check_inputs(q, k, v) -> None:
     interpreted = q.device.type == "cpu"
     allowed = (torch.float32, torch.float16) if interpreted else (torch.float32, torch.float16, torch.bfloat16)
     if q.dtype not in allowed:
-        why = " (Triton's interpreter computes bfloat16 wrongly: use float32 or float16 on the CPU)" \
-            if q.dtype == torch.bfloat16 else ""
+        why = (
+            " (Triton's interpreter computes bfloat16 wrongly: use float32 or float16 on the CPU)"
+            if q.dtype == torch.bfloat16
+            else ""
+        )
         raise ValueError(f"dtype {q.dtype} is not supported{why}; use one of {', '.join(map(str, allowed))}")
     if interpreted and INTERPRETED and not _interpreter_complete():
-        raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set: restart the kernel and set it "
-                           "before the first `import triton`")
+        raise RuntimeError(
+            "triton was imported before TRITON_INTERPRET=1 was set: restart the kernel and set it "
+            "before the first `import triton`"
+        )
     if interpreted and not INTERPRETED:
-        raise RuntimeError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before this module is "
-                           "imported (it is set for you when no CUDA GPU is present)")
+        raise RuntimeError(
+            "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before this module is "
+            "imported (it is set for you when no CUDA GPU is present)"
+        )
     if not interpreted and (q.device.type != "cuda" or INTERPRETED):
-        raise RuntimeError(f"tensors on {q.device} need a compiled kernel on a CUDA GPU; this process runs "
-                           f"Triton's interpreter (TRITON_INTERPRET=1), which takes CPU tensors")
+        raise RuntimeError(
+            f"tensors on {q.device} need a compiled kernel on a CUDA GPU; this process runs "
+            f"Triton's interpreter (TRITON_INTERPRET=1), which takes CPU tensors"
+        )
 
 
-def flash_attention_triton(q, k, v, causal: bool = False, scale: float | None = None, block_m: int | None = None,
-                           block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_triton(
+    q, k, v, causal: bool = False, scale: float | None = None, block_m: int | None = None, block_n: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale [+ causal mask]) v by the Triton kernel above.
 
     q, k, v (B, H, T, d), any strides, one dtype: float32 or float16 (CPU, interpreted), also bfloat16 (CUDA,
@@ -174,8 +269,10 @@ def flash_attention_triton(q, k, v, causal: bool = False, scale: float | None = 
     scaled scores).
     """
     if not TRITON_AVAILABLE:
-        raise RuntimeError("triton is not installed: it has wheels for Linux only (x86_64 and aarch64); on macOS "
-                           "and Windows notebook 14 cannot run its kernels")
+        raise RuntimeError(
+            "triton is not installed: it has wheels for Linux only (x86_64 and aarch64); on macOS "
+            "and Windows notebook 14 cannot run its kernels"
+        )
     _check_inputs(q, k, v)
     batch, heads, seq_len, head_dim = q.shape
     default_m, default_n, num_warps, num_stages = block_sizes(head_dim, INTERPRETED)
@@ -184,17 +281,33 @@ def flash_attention_triton(q, k, v, causal: bool = False, scale: float | None = 
         if not (isinstance(size, int) and size >= 16 and size & (size - 1) == 0):
             raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot's smallest tile), got {size!r}")
     if block_m % block_n:
-        raise ValueError(f"block_n={block_n} must divide block_m={block_m}: the causal loop starts its masked "
-                         f"blocks at a multiple of block_m")
+        raise ValueError(
+            f"block_n={block_n} must divide block_m={block_m}: the causal loop starts its masked "
+            f"blocks at a multiple of block_m"
+        )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(batch, heads, seq_len, device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(seq_len, block_m), batch * heads)
     extra = {} if INTERPRETED else {"num_warps": num_warps, "num_stages": num_stages}
     _flash_forward_kernel[grid](
-        q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, seq_len, head_dim, scale * LOG2_E,
-        CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        q,
+        k,
+        v,
+        out,
+        lse,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        heads,
+        seq_len,
+        head_dim,
+        scale * LOG2_E,
+        CAUSAL=bool(causal),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         **extra,
     )
     return out, lse

@@ -1,4 +1,5 @@
 """Weight mappings between the course's modules and PyTorch's built-ins (parameters only, never buffers)."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,9 +28,15 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     same = mha.d_in == mha.d_out == mha.d_context
     p = mha.W_query.weight
     torch_mha = nn.MultiheadAttention(
-        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
-        kdim=None if same else mha.d_context, vdim=None if same else mha.d_context,
-        device=p.device, dtype=p.dtype,
+        mha.d_out,
+        mha.num_heads,
+        dropout=mha.dropout.p,
+        bias=True,
+        batch_first=True,
+        kdim=None if same else mha.d_context,
+        vdim=None if same else mha.d_context,
+        device=p.device,
+        dtype=p.dtype,
     )
 
     def bias_of(linear):
@@ -45,8 +52,9 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
             torch_mha.q_proj_weight.copy_(torch.eye(mha.d_out, dtype=p.dtype, device=p.device))
             torch_mha.k_proj_weight.copy_(mha.W_key.weight)
             torch_mha.v_proj_weight.copy_(mha.W_value.weight)
-            torch_mha.in_proj_bias.copy_(torch.cat([torch.zeros_like(bias_of(mha.W_query)),
-                                                    bias_of(mha.W_key), bias_of(mha.W_value)]))
+            torch_mha.in_proj_bias.copy_(
+                torch.cat([torch.zeros_like(bias_of(mha.W_query)), bias_of(mha.W_key), bias_of(mha.W_value)])
+            )
         torch_mha.out_proj.weight.copy_(mha.out_proj.weight)
         torch_mha.out_proj.bias.copy_(mha.out_proj.bias)
     return torch_mha
@@ -61,8 +69,14 @@ def wrapper_to_mha(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
     first = heads[0]
     num_heads, d_head = len(heads), first.d_out
     w = first.W_query.weight
-    mha = MultiHeadAttention(first.d_in, num_heads * d_head, first.context_length, first.dropout.p,
-                             num_heads, qkv_bias=first.W_query.bias is not None).to(device=w.device, dtype=w.dtype)
+    mha = MultiHeadAttention(
+        first.d_in,
+        num_heads * d_head,
+        first.context_length,
+        first.dropout.p,
+        num_heads,
+        qkv_bias=first.W_query.bias is not None,
+    ).to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
         for name in ("W_query", "W_key", "W_value"):
             target = getattr(mha, name)
@@ -82,8 +96,10 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> nn.Module:
     """
     src_params, dst_params = dict(src.named_parameters()), dict(dst.named_parameters())
     if src_params.keys() != dst_params.keys():
-        raise ValueError(f"parameter names differ: only in source {sorted(src_params.keys() - dst_params.keys())}, "
-                         f"only in target {sorted(dst_params.keys() - src_params.keys())}")
+        raise ValueError(
+            f"parameter names differ: only in source {sorted(src_params.keys() - dst_params.keys())}, "
+            f"only in target {sorted(dst_params.keys() - src_params.keys())}"
+        )
     for name, p in src_params.items():
         if p.shape != dst_params[name].shape:
             raise ValueError(f"{name}: source shape {tuple(p.shape)} != target shape {tuple(dst_params[name].shape)}")
@@ -104,8 +120,10 @@ def constructor_options(attn: GroupedQueryAttention) -> dict:
     names = [n for n in inspect.signature(GroupedQueryAttention.__init__).parameters if n != "self"]
     missing = [n for n in names if n not in derived and not hasattr(attn, n)]
     if missing:
-        raise ValueError(f"GroupedQueryAttention does not store the constructor option(s) {missing}: store them "
-                         "under their own names (or derive them in constructor_options) so that copies keep them")
+        raise ValueError(
+            f"GroupedQueryAttention does not store the constructor option(s) {missing}: store them "
+            "under their own names (or derive them in constructor_options) so that copies keep them"
+        )
     return {n: derived[n] if n in derived else getattr(attn, n) for n in names}
 
 

@@ -11,6 +11,7 @@ preallocated (allocated once for ``max_len`` tokens, written in place).
 
 The sizes by formula are in ``course_utils.sizes``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -124,12 +125,16 @@ class LatentKVCache(KVCache):
     @staticmethod
     def _check_new(c_kv, k_rope, expected=None) -> None:
         if c_kv.ndim != 3 or k_rope.ndim != 3 or c_kv.shape[:2] != k_rope.shape[:2]:
-            raise ValueError(f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
-                             f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}")
+            raise ValueError(
+                f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
+                f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}"
+            )
         if expected is not None and (c_kv.shape[0], c_kv.shape[2], k_rope.shape[2]) != expected:
             b, dc, r = expected
-            raise ValueError(f"LatentKVCache holds (batch={b}, kv_latent_dim={dc}, rope_dim={r}), got new c_kv "
-                             f"{tuple(c_kv.shape)} and k_rope {tuple(k_rope.shape)}")
+            raise ValueError(
+                f"LatentKVCache holds (batch={b}, kv_latent_dim={dc}, rope_dim={r}), got new c_kv "
+                f"{tuple(c_kv.shape)} and k_rope {tuple(k_rope.shape)}"
+            )
 
 
 class GrowingLatentKVCache(LatentKVCache):
@@ -173,8 +178,10 @@ class PreallocatedLatentKVCache(LatentKVCache):
         self._check_new(c_kv, k_rope, (self.c_kv.shape[0], self.c_kv.shape[2], self.k_rope.shape[2]))
         start, end = self.seq_len, self.seq_len + c_kv.shape[1]
         if end > self.max_len:
-            raise ValueError(f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
-                             f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it")
+            raise ValueError(
+                f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
+                f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it"
+            )
         self.c_kv[:, start:end] = c_kv
         self.k_rope[:, start:end] = k_rope
         self.seq_len = end
@@ -185,4 +192,3 @@ class PreallocatedLatentKVCache(LatentKVCache):
 
     def _held(self):
         return self.c_kv, self.k_rope
-

@@ -8,6 +8,7 @@ Every mask in this package's API (``attend(mask=...)``, ``online_softmax_attenti
 ``F.scaled_dot_product_attention(attn_mask=...)`` reads a boolean mask the other way round (True = may
 attend). ``to_sdpa_mask`` converts, and is called only where SDPA is called.
 """
+
 from __future__ import annotations
 
 import torch
@@ -69,8 +70,7 @@ def expand_mask(mask: torch.Tensor, batch: int, num_queries: int, num_keys: int)
     if mask.ndim == 2:
         if mask.shape[0] not in (1, batch) or mask.shape[1] != num_keys:
             raise ValueError(
-                f"padding mask of shape {tuple(mask.shape)} does not fit: expected "
-                f"(batch={batch}, num_keys={num_keys})"
+                f"padding mask of shape {tuple(mask.shape)} does not fit: expected (batch={batch}, num_keys={num_keys})"
             )
         return mask[:, None, None, :]
     if mask.ndim == 4:

@@ -23,6 +23,7 @@ Simplifications against DeepSeek's layer: no RMSNorm on the latents (DeepSeek ca
 head_dim = d_out // num_heads for both the non-rotated query/key part and the values, the rotate-half RoPE layout,
 and no YaRN scaling.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,20 @@ class MultiHeadLatentAttention(nn.Module):
       absorb: attend in latent space with the up-projections folded into the query and output projections
     """
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, kv_latent_dim, rope_dim, qkv_bias=False,
-                 *, q_latent_dim=None, rope_base=10000.0):
+    def __init__(
+        self,
+        d_in,
+        d_out,
+        context_length,
+        dropout,
+        num_heads,
+        kv_latent_dim,
+        rope_dim,
+        qkv_bias=False,
+        *,
+        q_latent_dim=None,
+        rope_base=10000.0,
+    ):
         super().__init__()
         check_divisible(d_out, num_heads, f"d_out ({d_out}) and num_heads ({num_heads})")
         for name, value in (("kv_latent_dim", kv_latent_dim), ("rope_dim", rope_dim)):
@@ -82,8 +95,14 @@ class MultiHeadLatentAttention(nn.Module):
         if not preallocate:
             return GrowingLatentKVCache()
         w = self.W_dkv.weight
-        return PreallocatedLatentKVCache(batch_size, max_len or self.context_length, self.kv_latent_dim,
-                                         self.rope_dim, dtype=w.dtype, device=w.device)
+        return PreallocatedLatentKVCache(
+            batch_size,
+            max_len or self.context_length,
+            self.kv_latent_dim,
+            self.rope_dim,
+            dtype=w.dtype,
+            device=w.device,
+        )
 
     def cache_floats_per_token(self) -> int:
         """kv_latent_dim + rope_dim: what one token costs in this layer's cache."""
@@ -117,8 +136,13 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_rope = self._queries(x)  # (B, nh, n, hd), (B, nh, n, r)
         c_kv = self.W_dkv(x)  # (B, n, dc)
         k_rope = self.W_kr(x)  # (B, n, r)
-        cos, sin = rope_cos_sin(torch.arange(past_len, past_len + n, device=x.device), self.rope_dim,
-                                self.rope_base, dtype=x.dtype, device=x.device)
+        cos, sin = rope_cos_sin(
+            torch.arange(past_len, past_len + n, device=x.device),
+            self.rope_dim,
+            self.rope_base,
+            dtype=x.dtype,
+            device=x.device,
+        )
         q_rope, k_rope = apply_rope(q_rope, cos, sin), apply_rope(k_rope, cos, sin)  # positions past_len ...
         if cache is not None:
             c_kv, k_rope = cache.update(c_kv, k_rope)  # (B, N, dc), (B, N, r): what the cache holds
@@ -134,7 +158,7 @@ class MultiHeadLatentAttention(nn.Module):
             values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
             scores = q_nope @ k_nope.transpose(-2, -1) + rope_scores
         scores = scores / math.sqrt(self.head_dim + self.rope_dim)
-        hidden = self.mask[past_len:past_len + n, :num_keys].bool()  # new queries are the last n positions
+        hidden = self.mask[past_len : past_len + n, :num_keys].bool()  # new queries are the last n positions
         weights = self.dropout(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1))
 
         if absorb:

@@ -4,6 +4,7 @@
 heads. ``MultiHeadAttention`` is the special case ``num_kv_groups == num_heads`` (the book's class, same
 signature, parameters created in the same order), and MQA is ``num_kv_groups == 1``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,14 +44,30 @@ class GroupedQueryAttention(nn.Module):
     enter the cache: cached keys are already rotated, and new tokens take positions past_len, past_len + 1, ...
     """
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False,
-                 *, causal=True, d_context=None, use_sdpa=False, rope=False, rope_base=10000.0):
+    def __init__(
+        self,
+        d_in,
+        d_out,
+        context_length,
+        dropout,
+        num_heads,
+        num_kv_groups,
+        qkv_bias=False,
+        *,
+        causal=True,
+        d_context=None,
+        use_sdpa=False,
+        rope=False,
+        rope_base=10000.0,
+    ):
         super().__init__()
         check_divisible(d_out, num_heads, f"d_out ({d_out}) and num_heads ({num_heads})")
         check_divisible(num_heads, num_kv_groups, f"num_heads ({num_heads}) and num_kv_groups ({num_kv_groups})")
         if rope and (d_out // num_heads) % 2:
-            raise ValueError(f"rope=True rotates pairs of features: head_dim = d_out // num_heads = "
-                             f"{d_out // num_heads} must be even")
+            raise ValueError(
+                f"rope=True rotates pairs of features: head_dim = d_out // num_heads = "
+                f"{d_out // num_heads} must be even"
+            )
         if rope and not rope_base > 1:
             raise ValueError(f"rope_base must be > 1, got {rope_base}")
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
@@ -74,15 +91,22 @@ class GroupedQueryAttention(nn.Module):
         if not preallocate:
             return GrowingKVCache()
         weight = self.W_key.weight
-        return PreallocatedKVCache(batch_size, self.num_kv_groups, max_len or self.context_length,
-                                   self.head_dim, dtype=weight.dtype, device=weight.device)
+        return PreallocatedKVCache(
+            batch_size,
+            self.num_kv_groups,
+            max_len or self.context_length,
+            self.head_dim,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
 
     def _split_heads(self, x, num_heads):
         b, t, _ = x.shape
         return x.view(b, t, num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
 
-    def forward(self, x, context=None, *, mask=None, cache: KVCache | None = None, return_weights=False,
-                positions=None):
+    def forward(
+        self, x, context=None, *, mask=None, cache: KVCache | None = None, return_weights=False, positions=None
+    ):
         check_tokens(x, self.d_in, self.context_length)
         b, num_queries, _ = x.shape
         if positions is not None and not self.rope:
@@ -93,8 +117,9 @@ class GroupedQueryAttention(nn.Module):
             if self.causal:
                 raise ValueError("cross-attention (context=...) is not causal: build the module with causal=False")
             if self.rope:
-                raise ValueError("rope=True is for self-attention: a cross-attention context has no positions in x's "
-                                 "sequence")
+                raise ValueError(
+                    "rope=True is for self-attention: a cross-attention context has no positions in x's sequence"
+                )
             check_tokens(context, self.d_context, name="context")
             if context.shape[0] != b:
                 raise ValueError(f"context has batch {context.shape[0]} but x has batch {b}")
@@ -124,12 +149,14 @@ class GroupedQueryAttention(nn.Module):
             # the new queries are the last num_queries positions: slice the mask's rows from past_len
             # slice before .bool(): converting the whole (context_length, context_length) buffer would cost
             # O(context_length^2) per decoded token
-            hidden = self.mask[past_len:past_len + num_queries, :num_keys].bool()
+            hidden = self.mask[past_len : past_len + num_queries, :num_keys].bool()
         if mask is not None:
             extra = expand_mask(mask, b, num_queries, num_keys)  # (B or 1, 1 or nh, Sq or 1, Sk)
             if extra.shape[1] not in (1, self.num_heads):
-                raise ValueError(f"attention mask of shape {tuple(mask.shape)} has {extra.shape[1]} "
-                                 f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}")
+                raise ValueError(
+                    f"attention mask of shape {tuple(mask.shape)} has {extra.shape[1]} "
+                    f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}"
+                )
             hidden = extra if hidden is None else hidden | extra
 
         if self.use_sdpa:
@@ -138,8 +165,9 @@ class GroupedQueryAttention(nn.Module):
             context_vec = self._sdpa(queries, keys, values, hidden, plain_causal=mask is None and past_len == 0)
             weights = None
         else:
-            context_vec, weights = attend(queries, repeat_kv(keys, self.group_size),
-                                          repeat_kv(values, self.group_size), hidden, self.dropout)
+            context_vec, weights = attend(
+                queries, repeat_kv(keys, self.group_size), repeat_kv(values, self.group_size), hidden, self.dropout
+            )
         context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_queries, self.d_out)  # merge heads
         out = self.out_proj(context_vec)
         return (out, weights) if return_weights else out
@@ -152,8 +180,10 @@ class GroupedQueryAttention(nn.Module):
         else:
             positions = torch.as_tensor(positions, device=queries.device)
             if positions.shape not in ((num_new,), (b, num_new)):
-                raise ValueError(f"positions must have shape ({num_new},) or ({b}, {num_new}), one per new token; "
-                                 f"got {tuple(positions.shape)}")
+                raise ValueError(
+                    f"positions must have shape ({num_new},) or ({b}, {num_new}), one per new token; "
+                    f"got {tuple(positions.shape)}"
+                )
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_base, dtype=queries.dtype, device=queries.device)
         return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
 
@@ -162,12 +192,14 @@ class GroupedQueryAttention(nn.Module):
         dropout_p = self.dropout.p if self.training else 0.0
         gqa = self.group_size > 1
         if self.causal and plain_causal:
-            return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p,
-                                                  is_causal=True, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(
+                queries, keys, values, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa
+            )
         # the one place where this module meets SDPA's convention (True = may attend)
         sdpa_mask = None if hidden is None else to_sdpa_mask(hidden)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=sdpa_mask,
-                                             dropout_p=dropout_p, enable_gqa=gqa)
+        out = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=sdpa_mask, dropout_p=dropout_p, enable_gqa=gqa
+        )
         if hidden is None:
             return out
         # rows with no visible key: zero, as in attend(); some fused GPU kernels have returned NaN here

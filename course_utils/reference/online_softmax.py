@@ -13,6 +13,7 @@ to the old maximum, so ``l`` and ``acc`` are both rescaled by ``exp(m - m_new)``
 divided by ``l``. The log-sum-exp ``m + log(l)`` of each row is returned too: it is all that the backward pass
 needs to recompute any tile of the softmax weights, ``exp(score - lse)``, without storing them.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,10 @@ def _check(q, k, v, block_size, causal, mask):
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"keys and values need one row per key token, got k {tuple(k.shape)} and v {tuple(v.shape)}")
     if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"q and k must share their leading (batch, heads) axes, got {tuple(q.shape)} and "
-                         f"{tuple(k.shape)}; for GQA repeat the K/V heads first (repeat_kv)")
+        raise ValueError(
+            f"q and k must share their leading (batch, heads) axes, got {tuple(q.shape)} and "
+            f"{tuple(k.shape)}; for GQA repeat the K/V heads first (repeat_kv)"
+        )
     if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
         raise ValueError(f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     num_queries, num_keys = q.shape[-2], k.shape[-2]
@@ -49,8 +52,10 @@ def _check(q, k, v, block_size, causal, mask):
     try:
         return mask.expand(full)  # a view: slicing a tile of it costs nothing
     except RuntimeError:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-                         f"{full} (..., num_queries, num_keys)") from None
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{full} (..., num_queries, num_keys)"
+        ) from None
 
 
 def online_softmax_attention(q, k, v, block_size: int = 64, causal: bool = False, mask=None, scale=None):

@@ -25,6 +25,7 @@ The pool layout is ``(num_blocks, block_size, num_kv_heads, head_dim)``, FlashAt
 (``flash_attn_with_kvcache``'s ``k_cache`` with a ``block_table``); vLLM's own CUDA kernel splits head_dim
 differently for vectorised loads, which changes nothing here.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,12 @@ class PagedKVCache:
     """
 
     def __init__(self, num_blocks, block_size, num_kv_heads, head_dim, dtype=torch.float32, device=None):
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
-                            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        for name, value in (
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ):
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.num_blocks, self.block_size = num_blocks, block_size
@@ -94,8 +99,10 @@ class PagedKVCache:
         overwritten by the next append."""
         self._check_seq(seq_id)
         if not (isinstance(length, int) and 0 <= length <= self.seq_lens[seq_id]):
-            raise ValueError(f"truncate: length must be an int in [0, {self.seq_lens[seq_id]}] (the tokens of "
-                             f"{seq_id!r}), got {length!r}")
+            raise ValueError(
+                f"truncate: length must be an int in [0, {self.seq_lens[seq_id]}] (the tokens of "
+                f"{seq_id!r}), got {length!r}"
+            )
         table = self.block_tables[seq_id]
         keep = -(-length // self.block_size)  # blocks that still hold a token
         for block in table[keep:]:
@@ -138,7 +145,8 @@ class PagedKVCache:
             raise OutOfBlocksError(
                 f"paged KV cache is full: sequence {seq_id!r} needs {needed} more block(s) of {self.block_size} "
                 f"tokens to grow from {start} to {end} tokens, but only {len(self.free_blocks)} of "
-                f"{self.num_blocks} are free; free() finished sequences or make a larger pool")
+                f"{self.num_blocks} are free; free() finished sequences or make a larger pool"
+            )
         for j in shared:  # copy-on-write: the other holders keep the old block untouched
             old, new = table[j], self._allocate()
             self.key_pool[new] = self.key_pool[old]
@@ -162,8 +170,10 @@ class PagedKVCache:
         self._check_seq(seq_id)
         expected = (self.num_kv_heads, self.head_dim)
         if keys.ndim != 3 or keys.shape != values.shape or (keys.shape[0], keys.shape[2]) != expected:
-            raise ValueError(f"paged cache append needs keys and values of shape (num_kv_heads={expected[0]}, "
-                             f"num_new, head_dim={expected[1]}), got {tuple(keys.shape)} and {tuple(values.shape)}")
+            raise ValueError(
+                f"paged cache append needs keys and values of shape (num_kv_heads={expected[0]}, "
+                f"num_new, head_dim={expected[1]}), got {tuple(keys.shape)} and {tuple(values.shape)}"
+            )
         num_new = keys.shape[1]
         if num_new == 0:
             return
@@ -183,12 +193,16 @@ class PagedKVCache:
         seq_ids = list(seq_ids)
         expected = (len(seq_ids), self.num_kv_heads, self.head_dim)
         if keys.shape != expected or values.shape != expected:
-            raise ValueError(f"append_tokens needs keys and values of shape (batch={expected[0]}, num_kv_heads="
-                             f"{expected[1]}, head_dim={expected[2]}), one new token per sequence id, got "
-                             f"{tuple(keys.shape)} and {tuple(values.shape)}")
+            raise ValueError(
+                f"append_tokens needs keys and values of shape (batch={expected[0]}, num_kv_heads="
+                f"{expected[1]}, head_dim={expected[2]}), one new token per sequence id, got "
+                f"{tuple(keys.shape)} and {tuple(values.shape)}"
+            )
         if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"append_tokens writes one token per sequence: {seq_ids} names a sequence twice; "
-                             "use append() to write several tokens of one sequence")
+            raise ValueError(
+                f"append_tokens writes one token per sequence: {seq_ids} names a sequence twice; "
+                "use append() to write several tokens of one sequence"
+            )
         for seq_id in seq_ids:
             self._check_seq(seq_id)
         needed = sum(self._blocks_needed(s, self.seq_lens[s] + 1) for s in seq_ids)
@@ -196,7 +210,8 @@ class PagedKVCache:
             raise OutOfBlocksError(
                 f"paged KV cache is full: this step's {len(seq_ids)} new tokens need {needed} more block(s) of "
                 f"{self.block_size} tokens, but only {len(self.free_blocks)} of {self.num_blocks} are free; "
-                "free() finished sequences or make a larger pool")
+                "free() finished sequences or make a larger pool"
+            )
         for seq_id in seq_ids:  # the books: a new block at a block boundary, a copy of a shared block
             self._make_writable(seq_id, self.seq_lens[seq_id] + 1)
             self.seq_lens[seq_id] += 1
@@ -210,8 +225,9 @@ class PagedKVCache:
         self._check_seq(seq_id)
         slots = self.slots(seq_id)
         flat = (-1, self.num_kv_heads, self.head_dim)
-        keys, values = (pool.view(flat).index_select(0, slots).transpose(0, 1)
-                        for pool in (self.key_pool, self.value_pool))
+        keys, values = (
+            pool.view(flat).index_select(0, slots).transpose(0, 1) for pool in (self.key_pool, self.value_pool)
+        )
         return keys, values
 
     def batch_tables(self, seq_ids) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,8 +237,10 @@ class PagedKVCache:
         max_blocks = max(1, max(len(self.block_tables[s]) for s in seq_ids))
         rows = [self.block_tables[s] + [0] * (max_blocks - len(self.block_tables[s])) for s in seq_ids]
         device = self.key_pool.device
-        return (torch.tensor(rows, dtype=torch.long, device=device),
-                torch.tensor([self.seq_lens[s] for s in seq_ids], dtype=torch.long, device=device))
+        return (
+            torch.tensor(rows, dtype=torch.long, device=device),
+            torch.tensor([self.seq_lens[s] for s in seq_ids], dtype=torch.long, device=device),
+        )
 
     # --- memory -------------------------------------------------------------------------------------------
 
@@ -276,8 +294,10 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     decoding step is the books and the index arithmetic (benchmarks/serving.py measures the two side by side).
     """
     if query.ndim not in (3, 4) or query.shape[0] != len(seq_ids) or query.shape[-1] != cache.head_dim:
-        raise ValueError(f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
-                         f"one row per sequence id, got {tuple(query.shape)}")
+        raise ValueError(
+            f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
+            f"one row per sequence id, got {tuple(query.shape)}"
+        )
     one_step = query.ndim == 3
     q = query[:, :, None, :] if one_step else query  # (B, num_heads, num_queries, hd)
     num_heads, num_queries = q.shape[1], q.shape[2]
@@ -285,8 +305,10 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
         raise ValueError(f"num_heads={num_heads} must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}")
     tables, lens = cache.batch_tables(seq_ids)  # (B, max_blocks), (B,)
     if int(lens.min()) < num_queries:
-        raise ValueError(f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
-                         f"{lens.tolist()}; append the queries' own keys and values first")
+        raise ValueError(
+            f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
+            f"{lens.tolist()}; append the queries' own keys and values first"
+        )
     batch, max_len, kv_heads = len(seq_ids), int(lens.max()), cache.num_kv_heads
     pos = torch.arange(max_len, device=query.device)  # (max_len,)
     # the batch's slot mapping; padded positions read some slot of the pool: harmless, they are masked below
@@ -296,8 +318,10 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     # (as repeat_interleave does it) in the same single copy
     kv_head = torch.arange(num_heads, device=query.device) // (num_heads // kv_heads)  # (num_heads,)
     rows = (slots[:, None, :] * kv_heads + kv_head[None, :, None]).reshape(-1)  # (B * num_heads * max_len,)
-    keys, values = (pool.view(-1, cache.head_dim).index_select(0, rows).view(batch, num_heads, max_len, -1)
-                    for pool in (cache.key_pool, cache.value_pool))  # (B, num_heads, max_len, hd) each
+    keys, values = (
+        pool.view(-1, cache.head_dim).index_select(0, rows).view(batch, num_heads, max_len, -1)
+        for pool in (cache.key_pool, cache.value_pool)
+    )  # (B, num_heads, max_len, hd) each
     # query i of sequence b sits at position lens[b] - num_queries + i and sees keys up to it (True = hidden)
     q_pos = lens[:, None] - num_queries + torch.arange(num_queries, device=query.device)  # (B, num_queries)
     hide = (pos[None, None, :] > q_pos[:, :, None])[:, None]  # (B, 1, num_queries, max_len)

@@ -20,6 +20,7 @@ notebook, the tests and the grader; differentiable), and ``ring_attention_rank``
 ``torch.distributed`` (gloo on CPU, NCCL on GPUs), run by ``launch_local`` (torch.multiprocessing, loopback only)
 or unchanged by ``torchrun`` (``torchrun --nproc-per-node=N -m course_utils.reference.ring_torchrun``).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,6 +44,7 @@ LAYOUTS = ("contiguous", "zigzag")
 # ---------------------------------------------------------------------------------------------
 # which tokens each rank holds
 
+
 def _check_split(seq_len, world_size, layout):
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -50,8 +52,9 @@ def _check_split(seq_len, world_size, layout):
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     pieces = world_size * (2 if layout == "zigzag" else 1)
     if seq_len < pieces:
-        raise ValueError(f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, "
-                         f"world_size={world_size})")
+        raise ValueError(
+            f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, world_size={world_size})"
+        )
 
 
 def chunk_positions(seq_len: int, world_size: int, layout: str = "contiguous") -> list[torch.Tensor]:
@@ -88,6 +91,7 @@ def ring_sources(world_size: int) -> list[list[int]]:
 
 # ---------------------------------------------------------------------------------------------
 # one step: a query chunk against one K/V chunk, and the merge
+
 
 def attend_chunk(q, k, v, q_pos, k_pos, causal: bool, scale=None):
     """softmax over one K/V chunk: q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv) at sequence positions q_pos
@@ -130,18 +134,21 @@ def visible_pairs(q_pos, k_pos, causal: bool) -> int:
 # ---------------------------------------------------------------------------------------------
 # the ring, every rank simulated in one process
 
+
 def _check_qkv(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., num_tokens, dim), got "
-                             f"{getattr(t, 'shape', type(t).__name__)}")
+            raise ValueError(
+                f"{name} must be a tensor of shape (..., num_tokens, dim), got {getattr(t, 'shape', type(t).__name__)}"
+            )
     if q.shape[:-1] != k.shape[:-1] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"self-attention over one sequence needs q, k (..., S, d) and v (..., S, dv) with the same "
-                         f"leading axes, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"self-attention over one sequence needs q, k (..., S, d) and v (..., S, dv) with the same "
+            f"leading axes, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
 
 
-def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, layout: str = "contiguous",
-                             scale=None):
+def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, layout: str = "contiguous", scale=None):
     """Ring attention with ``world_size`` ranks simulated in one process; returns (out (..., S, dv), lse (..., S))
     in sequence order, equal to softmax(q k^T * scale) v (causal or not). q, k (..., S, d), v (..., S, dv)."""
     _check_qkv(q, k, v)
@@ -154,8 +161,9 @@ def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, lay
             src = (rank - step) % world_size  # the K/V chunk that has travelled ``step`` hops to reach this rank
             if chunk_hidden(positions[rank], positions[src], causal):
                 continue
-            out_i, lse_i = attend_chunk(q_chunks[rank], k_chunks[src], v_chunks[src], positions[rank],
-                                        positions[src], causal, scale)
+            out_i, lse_i = attend_chunk(
+                q_chunks[rank], k_chunks[src], v_chunks[src], positions[rank], positions[src], causal, scale
+            )
             out, lse = merge_step(out, lse, out_i, lse_i)
         outs.append(out)
         lses.append(lse)
@@ -167,15 +175,21 @@ def work_per_step(seq_len: int, world_size: int, causal: bool, layout: str = "co
     time is its slowest rank's, so the ring's time is ``work.amax(dim=1).sum()``; perfect balance is
     ``work.sum() / world_size``."""
     positions = chunk_positions(seq_len, world_size, layout)
-    return torch.tensor([[visible_pairs(positions[rank], positions[src], causal)
-                          for rank, src in enumerate(sources)] for sources in ring_sources(world_size)])
+    return torch.tensor(
+        [
+            [visible_pairs(positions[rank], positions[src], causal) for rank, src in enumerate(sources)]
+            for sources in ring_sources(world_size)
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # the other two: all-gather context parallelism and Ulysses, simulated
 
-def allgather_attention_simulated(q, k, v, world_size: int, causal: bool = False, layout: str = "contiguous",
-                                  scale=None):
+
+def allgather_attention_simulated(
+    q, k, v, world_size: int, causal: bool = False, layout: str = "contiguous", scale=None
+):
     """All-gather context parallelism (as Llama 3 trained at long context): every rank gathers every rank's
     K/V chunk, then attends its own query chunk to all of it in one call. Returns (out, lse) in sequence order."""
     _check_qkv(q, k, v)
@@ -183,8 +197,10 @@ def allgather_attention_simulated(q, k, v, world_size: int, causal: bool = False
     q_chunks, k_chunks, v_chunks = (split_sequence(t, world_size, layout) for t in (q, k, v))
     k_all, v_all, k_pos = torch.cat(k_chunks, -2), torch.cat(v_chunks, -2), torch.cat(positions)  # the gather
     results = [attend_chunk(q_chunks[r], k_all, v_all, positions[r], k_pos, causal, scale) for r in range(world_size)]
-    return (gather_sequence([o for o, _ in results], layout),
-            gather_sequence([lse[..., None] for _, lse in results], layout)[..., 0])
+    return (
+        gather_sequence([o for o, _ in results], layout),
+        gather_sequence([lse[..., None] for _, lse in results], layout)[..., 0],
+    )
 
 
 def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, scale=None):
@@ -193,8 +209,9 @@ def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, 
     sends the outputs back to token chunks. Returns out (B, H, S, dv)."""
     _check_qkv(q, k, v)
     if q.ndim != 4 or q.shape[1] % world_size:
-        raise ValueError(f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got "
-                         f"{tuple(q.shape)}")
+        raise ValueError(
+            f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got {tuple(q.shape)}"
+        )
     seq_len = q.shape[-2]
     token_chunks = [split_sequence(t, world_size) for t in (q, k, v)]  # [tensor][rank]: (B, H, S_r, d)
 
@@ -210,8 +227,17 @@ def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, 
 # ---------------------------------------------------------------------------------------------
 # bytes each rank sends, by formula
 
-def comm_bytes_per_rank(method: str, seq_len: int, world_size: int, num_heads: int, num_kv_heads: int,
-                        head_dim: int, bytes_per_element: int = 2, batch: int = 1) -> float:
+
+def comm_bytes_per_rank(
+    method: str,
+    seq_len: int,
+    world_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    bytes_per_element: int = 2,
+    batch: int = 1,
+) -> float:
     """Bytes one rank sends for one attention layer's forward, with the sequence split evenly:
 
     ring:       world_size - 1 hops, each passing its K and V chunk:      (W-1)/W * S * 2 * Hkv * d
@@ -219,18 +245,24 @@ def comm_bytes_per_rank(method: str, seq_len: int, world_size: int, num_heads: i
     ulysses:    all-to-all of q, k, v in and of the output back, keeping 1/W of each: (W-1)/W * S/W * (2H + 2Hkv) * d
     """
     W, S = world_size, seq_len
-    per_token = {"ring": 2 * num_kv_heads, "allgather": 2 * num_kv_heads,
-                 "ulysses": (2 * num_heads + 2 * num_kv_heads) / W}
+    per_token = {
+        "ring": 2 * num_kv_heads,
+        "allgather": 2 * num_kv_heads,
+        "ulysses": (2 * num_heads + 2 * num_kv_heads) / W,
+    }
     if method not in per_token:
         raise ValueError(f"method must be one of {tuple(per_token)}, got {method!r}")
     if method == "ulysses" and (num_heads % W or num_kv_heads % W):
-        raise ValueError(f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
-                         f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)")
+        raise ValueError(
+            f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
+            f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)"
+        )
     return (W - 1) / W * S * per_token[method] * head_dim * bytes_per_element * batch
 
 
 # ---------------------------------------------------------------------------------------------
 # the ring across processes: torch.distributed
+
 
 def _wait(work, timeout_s, what):
     """Wait for one transfer at most ``timeout_s`` seconds; a neighbour that never sends or receives (a deadlock)
@@ -242,12 +274,14 @@ def _wait(work, timeout_s, what):
             raise
         done = False
     if done is False:
-        raise TimeoutError(f"{what} did not complete in {timeout_s} s: a neighbour that never sends or receives "
-                           f"(a deadlock?)")
+        raise TimeoutError(
+            f"{what} did not complete in {timeout_s} s: a neighbour that never sends or receives (a deadlock?)"
+        )
 
 
-def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
-                        timeout_s: float = 30.0):
+def ring_attention_rank(
+    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+):
     """One rank's side of ring attention over the default process group: q, k (..., S_r, d), v (..., S_r, dv) are
     this rank's chunks (``split_sequence`` of the whole sequence of ``seq_len`` tokens). Returns (out, lse,
     bytes_sent): this rank's output rows, their log-sum-exp, and the bytes it handed to isend.
@@ -279,8 +313,9 @@ def ring_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str
     return out, lse, bytes_sent
 
 
-def allgather_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
-                             timeout_s: float = 30.0):
+def allgather_attention_rank(
+    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+):
     """One rank's side of all-gather context parallelism (Llama 3's): gather every rank's K/V chunk, then attend
     this rank's queries to all of it at once. Returns (out, lse, bytes_sent): its chunk goes to the W - 1 others
     (chunks padded to the longest, as ``all_gather`` needs one shape)."""
@@ -291,14 +326,15 @@ def allgather_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout
     kv = torch.cat([kv, kv.new_zeros(*kv.shape[:-2], longest - kv.shape[-2], kv.shape[-1])], dim=-2)
     gathered = [torch.empty_like(kv) for _ in range(world_size)]
     _wait(dist.all_gather(gathered, kv.contiguous(), async_op=True), timeout_s, f"rank {rank}: all-gather")
-    kv_all = torch.cat([g[..., :len(p), :] for g, p in zip(gathered, positions, strict=True)], dim=-2)
+    kv_all = torch.cat([g[..., : len(p), :] for g, p in zip(gathered, positions, strict=True)], dim=-2)
     d = k.shape[-1]
     out, lse = attend_chunk(q, kv_all[..., :d], kv_all[..., d:], positions[rank], torch.cat(positions), causal, scale)
     return out, lse, (world_size - 1) * kv.numel() * kv.element_size()
 
 
-def ulysses_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None,
-                           timeout_s: float = 30.0):
+def ulysses_attention_rank(
+    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+):
     """One rank's side of DeepSpeed-Ulysses: q, k, v (B, H, S/W, d) are this rank's contiguous chunk of tokens
     for all heads. An all-to-all gives it every token for H/W heads; it attends them; a second all-to-all sends
     the outputs back to token chunks. Returns (out, lse, bytes_sent): of each all-to-all, the W - 1 parts that
@@ -306,8 +342,10 @@ def ulysses_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: 
     world_size = dist.get_world_size()
     batch, heads, chunk = q.shape[0], q.shape[1], q.shape[2]
     if layout != "contiguous" or seq_len % world_size or heads % world_size:
-        raise ValueError(f"this Ulysses needs the contiguous layout, world_size={world_size} dividing seq_len="
-                         f"{seq_len} and the {heads} heads")
+        raise ValueError(
+            f"this Ulysses needs the contiguous layout, world_size={world_size} dividing seq_len="
+            f"{seq_len} and the {heads} heads"
+        )
     sent = 0
 
     def exchange(send):  # send (W, ...): part r goes to rank r; returns recv (W, ...): part r came from rank r
@@ -333,8 +371,7 @@ def ulysses_attention_rank(q, k, v, seq_len: int, causal: bool = False, layout: 
     return out, lse, method_bytes
 
 
-RANK_FUNCTIONS = {"ring": ring_attention_rank, "allgather": allgather_attention_rank,
-                  "ulysses": ulysses_attention_rank}
+RANK_FUNCTIONS = {"ring": ring_attention_rank, "allgather": allgather_attention_rank, "ulysses": ulysses_attention_rank}
 
 
 def _loopback_interface() -> str:
@@ -350,8 +387,13 @@ def _local_worker(rank, world_size, store_path, run, results):
     bound to the loopback interface: nothing outside this machine can reach the ring."""
     os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=run["timeout_s"]))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=run["timeout_s"]),
+    )
     try:
         q, k, v = example_qkv(run["seq_len"], run["seed"], run["dtype"], heads=run["heads"])
         chunks = [split_sequence(t, world_size, run["layout"])[rank] for t in (q, k, v)]
@@ -375,21 +417,48 @@ def example_qkv(seq_len: int, seed: int = 0, dtype=torch.float32, batch: int = 1
     return [torch.randn(batch, heads, seq_len, head_dim, generator=g, dtype=dtype) for _ in range(3)]
 
 
-def launch_local(world_size: int, seq_len: int, causal: bool = True, layout: str = "zigzag", seed: int = 0,
-                 dtype=torch.float32, timeout_s: float = 30.0, start_method: str | None = None):
+def launch_local(
+    world_size: int,
+    seq_len: int,
+    causal: bool = True,
+    layout: str = "zigzag",
+    seed: int = 0,
+    dtype=torch.float32,
+    timeout_s: float = 30.0,
+    start_method: str | None = None,
+):
     """Run ring attention on ``world_size`` local processes (gloo, loopback only) over ``example_qkv(seq_len,
     seed)``. Returns (out, lse, bytes_sent per rank) with out and lse gathered into sequence order.
 
     ``start_method`` defaults to "fork" where the platform has it (a forked child starts in milliseconds; a spawned
     one imports torch again, a second or more each), else "spawn"."""
-    out, lse, sent, _ = run_local(world_size, seq_len, "ring", causal=causal, layout=layout, seed=seed, dtype=dtype,
-                                  timeout_s=timeout_s, start_method=start_method)
+    out, lse, sent, _ = run_local(
+        world_size,
+        seq_len,
+        "ring",
+        causal=causal,
+        layout=layout,
+        seed=seed,
+        dtype=dtype,
+        timeout_s=timeout_s,
+        start_method=start_method,
+    )
     return out, lse, sent
 
 
-def run_local(world_size: int, seq_len: int, method: str = "ring", causal: bool = True, layout: str = "contiguous",
-              seed: int = 0, dtype=torch.float32, heads: int = 2, repeats: int = 0, timeout_s: float = 30.0,
-              start_method: str | None = None):
+def run_local(
+    world_size: int,
+    seq_len: int,
+    method: str = "ring",
+    causal: bool = True,
+    layout: str = "contiguous",
+    seed: int = 0,
+    dtype=torch.float32,
+    heads: int = 2,
+    repeats: int = 0,
+    timeout_s: float = 30.0,
+    start_method: str | None = None,
+):
     """``method`` ("ring", "allgather" or "ulysses") on ``world_size`` local processes over ``example_qkv(seq_len,
     seed, heads=heads)``, then ``repeats`` timed runs. Returns (out, lse, bytes_sent per rank, seconds per rank
     per repeat), out and lse in sequence order."""
@@ -399,8 +468,17 @@ def run_local(world_size: int, seq_len: int, method: str = "ring", causal: bool 
         start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     results = mp.get_context(start_method).Queue()
     store_dir = tempfile.mkdtemp(prefix="ring-")
-    run = dict(seq_len=seq_len, method=method, causal=causal, layout=layout, seed=seed, dtype=dtype, heads=heads,
-               repeats=repeats, timeout_s=timeout_s)
+    run = dict(
+        seq_len=seq_len,
+        method=method,
+        causal=causal,
+        layout=layout,
+        seed=seed,
+        dtype=dtype,
+        heads=heads,
+        repeats=repeats,
+        timeout_s=timeout_s,
+    )
     args = (world_size, os.path.join(store_dir, "store"), run, results)
     procs = mp.start_processes(_local_worker, args=args, nprocs=world_size, join=False, start_method=start_method)
     got = {}
@@ -424,5 +502,9 @@ def run_local(world_size: int, seq_len: int, method: str = "ring", causal: bool 
         shutil.rmtree(store_dir, ignore_errors=True)
     outs = [got[r][0] for r in range(world_size)]
     lses = [got[r][1][..., None] for r in range(world_size)]
-    return (gather_sequence(outs, layout), gather_sequence(lses, layout)[..., 0],
-            [got[r][2] for r in range(world_size)], [got[r][3] for r in range(world_size)])
+    return (
+        gather_sequence(outs, layout),
+        gather_sequence(lses, layout)[..., 0],
+        [got[r][2] for r in range(world_size)],
+        [got[r][3] for r in range(world_size)],
+    )

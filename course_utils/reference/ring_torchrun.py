@@ -6,6 +6,7 @@
 Each process builds the same example from a seed, keeps its rank's chunks, runs ``ring_attention_rank`` and
 compares its rows with SDPA over the whole sequence; it exits 1 if they differ.
 """
+
 from __future__ import annotations
 
 import argparse

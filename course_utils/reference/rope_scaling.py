@@ -20,6 +20,7 @@ score by its square). ``factor`` = s = new context / trained context.
   "concentration"), and every score is multiplied by 1/t.
 * **Llama 3.1** (``rope_type="llama3"``): the same idea with the ramp over wavelengths, no temperature.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,15 +35,17 @@ def _check_factor(factor) -> None:
         raise ValueError(f"RoPE scaling factor must be a number >= 1 (new context / trained context), got {factor!r}")
 
 
-def linear_scaling_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0,
-                            dtype=torch.float32) -> tuple[torch.Tensor, float]:
+def linear_scaling_inv_freq(
+    head_dim: int, base: float = 10000.0, factor: float = 1.0, dtype=torch.float32
+) -> tuple[torch.Tensor, float]:
     """Position interpolation: theta_i / factor for every pair (Hugging Face's ``rope_type="linear"``)."""
     _check_factor(factor)
     return rope_inv_freq(head_dim, base, dtype=dtype) / factor, 1.0
 
 
-def ntk_scaling_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0,
-                         dtype=torch.float32) -> tuple[torch.Tensor, float]:
+def ntk_scaling_inv_freq(
+    head_dim: int, base: float = 10000.0, factor: float = 1.0, dtype=torch.float32
+) -> tuple[torch.Tensor, float]:
     """NTK-aware scaling: the base becomes ``base * factor ** (head_dim / (head_dim - 2))`` (static; Hugging Face's
     ``"dynamic"`` type computes the same with ``factor`` replaced by ``factor * seq_len / L - (factor - 1)``)."""
     _check_factor(factor)
@@ -54,16 +57,27 @@ def ntk_scaling_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1
 def yarn_correction_range(head_dim, base, original_max_position_embeddings, beta_fast=32.0, beta_slow=1.0):
     """(low, high) pair indices where YaRN's ramp runs: the pair that turns ``beta_fast`` times over the trained
     context (floored) and the one that turns ``beta_slow`` times (ceiled), clamped to [0, head_dim - 1]."""
+
     def pair_turning(num_rotations):  # solve L * theta_i = 2 pi * num_rotations for i
-        return head_dim * math.log(original_max_position_embeddings / (num_rotations * 2 * math.pi)) / (
-            2 * math.log(base))
+        return (
+            head_dim * math.log(original_max_position_embeddings / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+        )
+
     low, high = math.floor(pair_turning(beta_fast)), math.ceil(pair_turning(beta_slow))
     return max(low, 0), min(high, head_dim - 1)
 
 
-def yarn_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0, *,
-                  original_max_position_embeddings: int, beta_fast: float = 32.0, beta_slow: float = 1.0,
-                  attention_factor: float | None = None, dtype=torch.float32) -> tuple[torch.Tensor, float]:
+def yarn_inv_freq(
+    head_dim: int,
+    base: float = 10000.0,
+    factor: float = 1.0,
+    *,
+    original_max_position_embeddings: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    attention_factor: float | None = None,
+    dtype=torch.float32,
+) -> tuple[torch.Tensor, float]:
     """YaRN's frequencies and attention factor (``rope_type="yarn"``).
 
     ``ramp_i`` goes from 0 at pair ``low`` to 1 at pair ``high`` (``yarn_correction_range``); pair i keeps
@@ -85,9 +99,16 @@ def yarn_inv_freq(head_dim: int, base: float = 10000.0, factor: float = 1.0, *,
     return inv_freq, attention_factor
 
 
-def llama3_inv_freq(head_dim: int, base: float = 500000.0, factor: float = 8.0, *, low_freq_factor: float = 1.0,
-                    high_freq_factor: float = 4.0, original_max_position_embeddings: int = 8192,
-                    dtype=torch.float32) -> tuple[torch.Tensor, float]:
+def llama3_inv_freq(
+    head_dim: int,
+    base: float = 500000.0,
+    factor: float = 8.0,
+    *,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_position_embeddings: int = 8192,
+    dtype=torch.float32,
+) -> tuple[torch.Tensor, float]:
     """Llama 3.1's ``rope_scaling`` (``rope_type="llama3"``; the defaults are Llama 3.1's config).
 
     Wavelength ``2 pi / theta_i`` below ``L / high_freq_factor`` (2048 tokens): kept. Above ``L / low_freq_factor``
@@ -96,20 +117,24 @@ def llama3_inv_freq(head_dim: int, base: float = 500000.0, factor: float = 8.0, 
     """
     _check_factor(factor)
     if high_freq_factor <= low_freq_factor:
-        raise ValueError(f"high_freq_factor ({high_freq_factor}) must be larger than low_freq_factor "
-                         f"({low_freq_factor})")
+        raise ValueError(
+            f"high_freq_factor ({high_freq_factor}) must be larger than low_freq_factor ({low_freq_factor})"
+        )
     theta = rope_inv_freq(head_dim, base, dtype=dtype)
     wavelength = 2 * math.pi / theta
     L = original_max_position_embeddings
     smooth = ((L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
-    inv_freq = torch.where(wavelength < L / high_freq_factor, theta,
-                           torch.where(wavelength > L / low_freq_factor, theta / factor,
-                                       (1 - smooth) * theta / factor + smooth * theta))
+    inv_freq = torch.where(
+        wavelength < L / high_freq_factor,
+        theta,
+        torch.where(wavelength > L / low_freq_factor, theta / factor, (1 - smooth) * theta / factor + smooth * theta),
+    )
     return inv_freq, 1.0
 
 
-def scaled_rope_cos_sin(positions, inv_freq: torch.Tensor, attention_factor: float = 1.0,
-                        dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_rope_cos_sin(
+    positions, inv_freq: torch.Tensor, attention_factor: float = 1.0, dtype=torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables ``positions.shape + (2 * len(inv_freq),)`` in the rotate-half layout, times
     ``attention_factor``, for ``course_utils.apply_rope``. Angles in float64 here: positions past 100k times a
     fast frequency lose digits in float32."""

@@ -14,6 +14,7 @@ Which features form a pair is a layout choice:
 The two compute the same function up to a fixed permutation of the features (``interleaved_to_half``), which is
 why converting a Meta checkpoint to Hugging Face's layout permutes the rows of ``W_query`` and ``W_key``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,7 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, device=None, dtype=torch
     if base <= 1:
         raise ValueError(f"RoPE base must be > 1, got {base}")
     exponents = torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim
-    return 1.0 / (base ** exponents)
+    return 1.0 / (base**exponents)
 
 
 def rope_positions(start: int, length: int, device=None) -> torch.Tensor:
@@ -40,8 +41,9 @@ def rope_positions(start: int, length: int, device=None) -> torch.Tensor:
     return torch.arange(start, start + length, device=device)
 
 
-def rope_cos_sin(positions, head_dim: int, base: float = 10000.0, *, interleaved: bool = False,
-                 dtype=torch.float32, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions, head_dim: int, base: float = 10000.0, *, interleaved: bool = False, dtype=torch.float32, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables, each ``positions.shape + (head_dim,)``, for the rotate-half (default) or interleaved layout.
 
     ``positions``: an int (``arange(positions)``), or an int tensor of any shape, e.g. ``(T,)`` or ``(B, T)``.
@@ -86,11 +88,15 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
     if cos.shape != sin.shape:
         raise ValueError(f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if cos.shape[-1] != x.shape[-1]:
-        raise ValueError(f"RoPE tables are for head_dim={cos.shape[-1]}, but x has head_dim={x.shape[-1]} "
-                         "(build them with rope_cos_sin(positions, head_dim) of each head, not d_model)")
+        raise ValueError(
+            f"RoPE tables are for head_dim={cos.shape[-1]}, but x has head_dim={x.shape[-1]} "
+            "(build them with rope_cos_sin(positions, head_dim) of each head, not d_model)"
+        )
     if cos.ndim < 2 or cos.shape[-2] != x.shape[-2]:
-        raise ValueError(f"RoPE tables cover {cos.shape[-2] if cos.ndim >= 2 else '?'} positions, but x has "
-                         f"{x.shape[-2]} tokens; pass one position per token (positions past_len ... for new tokens)")
+        raise ValueError(
+            f"RoPE tables cover {cos.shape[-2] if cos.ndim >= 2 else '?'} positions, but x has "
+            f"{x.shape[-2]} tokens; pass one position per token (positions past_len ... for new tokens)"
+        )
     if cos.ndim == 3 and x.ndim == 4:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, hd): the same positions for every head
     turn = rotate_every_two if interleaved else rotate_half

@@ -1,5 +1,6 @@
 """Cache sizes by formula, for every cache in ``course_utils.kv_cache``: arithmetic that implements no part of any
 exercise (submissions may use it)."""
+
 from __future__ import annotations
 
 

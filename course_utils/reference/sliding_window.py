@@ -16,6 +16,7 @@ training; evicting them breaks the model. Two answers:
   its share of the softmax and is dropped (``attend_with_sink_logit``), so a row may give little weight to every
   real key.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,10 @@ from .sizes import kv_cache_bytes
 
 def _check_window(window, num_sinks=0) -> None:
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-        raise ValueError(f"window must be a positive int (a query sees itself and window - 1 keys before it) "
-                         f"or None for full causal attention, got {window!r}")
+        raise ValueError(
+            f"window must be a positive int (a query sees itself and window - 1 keys before it) "
+            f"or None for full causal attention, got {window!r}"
+        )
     if not isinstance(num_sinks, int) or num_sinks < 0:
         raise ValueError(f"num_sinks must be an int >= 0, got {num_sinks!r}")
 
@@ -53,8 +56,9 @@ def sliding_window_mask_at(query_positions, key_positions, *, window: int | None
     return hidden
 
 
-def sliding_window_mask(num_queries: int, num_keys: int | None = None, *, window: int | None, num_sinks: int = 0,
-                        device=None) -> torch.Tensor:
+def sliding_window_mask(
+    num_queries: int, num_keys: int | None = None, *, window: int | None, num_sinks: int = 0, device=None
+) -> torch.Tensor:
     """(num_queries, num_keys) bool, True = hidden: causal, plus keys ``window`` or more positions back hidden.
 
     Aligned like ``causal_mask``: the queries are the *last* ``num_queries`` of ``num_keys`` consecutive
@@ -64,7 +68,7 @@ def sliding_window_mask(num_queries: int, num_keys: int | None = None, *, window
     if num_queries > num_keys:
         raise ValueError(f"sliding-window mask: {num_queries} queries cannot follow only {num_keys} keys")
     keys = torch.arange(num_keys, device=device)
-    return sliding_window_mask_at(keys[num_keys - num_queries:], keys, window=window, num_sinks=num_sinks)
+    return sliding_window_mask_at(keys[num_keys - num_queries :], keys, window=window, num_sinks=num_sinks)
 
 
 def attend_with_sink_logit(queries, keys, values, sink_logits, mask=None):
@@ -74,8 +78,9 @@ def attend_with_sink_logit(queries, keys, values, sink_logits, mask=None):
     row. Returns (context (B, H, Sq, hd), weights (B, H, Sq, Sk)); a row's weights sum to ``1 - sink share`` < 1.
     """
     if sink_logits.ndim != 1 or sink_logits.shape[0] != queries.shape[1]:
-        raise ValueError(f"sink_logits must hold one logit per head: shape ({queries.shape[1]},), "
-                         f"got {tuple(sink_logits.shape)}")
+        raise ValueError(
+            f"sink_logits must hold one logit per head: shape ({queries.shape[1]},), got {tuple(sink_logits.shape)}"
+        )
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (B, H, Sq, Sk)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
@@ -179,7 +184,7 @@ class RingKVCache(KVCache):
         wrapped = max(0, start + count - self.window)  # how many of the newest sit at slots 0 .. wrapped - 1
 
         def oldest_first(sinks, ring):
-            return torch.cat([sinks[:, :, :n_sinks], ring[:, :, start:start + count], ring[:, :, :wrapped]], dim=2)
+            return torch.cat([sinks[:, :, :n_sinks], ring[:, :, start : start + count], ring[:, :, :wrapped]], dim=2)
 
         return oldest_first(self.sink_keys, self.ring_keys), oldest_first(self.sink_values, self.ring_values)
 

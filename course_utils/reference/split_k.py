@@ -19,6 +19,7 @@ otherwise have too few thread blocks. vLLM runs its unsplit kernel (V1) whenever
 8192 tokens and either fits one 512-token partition or ``num_seqs * num_heads > 512`` already fills the GPU;
 FlashAttention's ``num_splits_heuristic`` keeps one split once batch x heads x query blocks reach 80% of the SMs.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor
     Returns (out (..., dv), lse (...)); a row hidden in every chunk gets out = 0 and lse = -inf.
     """
     if outs.shape[:-1] != lses.shape:
-        raise ValueError(f"outs (S, ..., dv) and lses (S, ...) must match, got {tuple(outs.shape)} and "
-                         f"{tuple(lses.shape)}")
+        raise ValueError(
+            f"outs (S, ..., dv) and lses (S, ...) must match, got {tuple(outs.shape)} and {tuple(lses.shape)}"
+        )
     m = lses.amax(dim=0)  # (...)
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # every chunk hidden: avoid -inf - -inf
     w = torch.exp(lses - m_safe)  # (S, ...), each <= 1; 0 for a fully hidden chunk
@@ -61,8 +63,10 @@ def split_k_attention(q, k, v, num_splits: int, scale=None, mask=None):
         raise ValueError(f"num_splits must be a positive int, got {num_splits!r}")
     num_queries, num_keys = q.shape[-2], k.shape[-2]
     if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"need q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv), got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"need q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv), got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if num_splits > num_keys:
         raise ValueError(f"num_splits={num_splits} is more than the {num_keys} keys: some chunks would be empty")
     acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -80,7 +84,8 @@ def split_k_attention(q, k, v, num_splits: int, scale=None, mask=None):
     v_split = v.reshape(*lead, num_splits, chunk, v.shape[-1]).to(acc_dtype)
     hide_split = hide.reshape(*lead, num_queries, num_splits, chunk).movedim(-2, -3)  # (..., S, Sq, chunk)
     q_split = q.to(acc_dtype).unsqueeze(-3).expand(*lead, num_splits, num_queries, q.shape[-1])  # a view
-    outs, lses = online_softmax_attention(q_split, k_split, v_split, block_size=chunk, mask=hide_split,
-                                          scale=scale)  # (..., S, Sq, dv), (..., S, Sq)
+    outs, lses = online_softmax_attention(
+        q_split, k_split, v_split, block_size=chunk, mask=hide_split, scale=scale
+    )  # (..., S, Sq, dv), (..., S, Sq)
     out, lse = merge_partials(outs.movedim(-3, 0), lses.movedim(-2, 0))
     return out.to(q.dtype), lse

@@ -4,6 +4,7 @@ The test runs only with RUN_BROWSER_TESTS=1 (`make test-browser`) and a Chromium
 skipped with a message saying how to enable it, so `make test` stays green on a learner's machine. In CI
 (CI=true) a missing Chromium is an error: there the browser test must really run.
 """
+
 import tempfile
 from pathlib import Path
 
@@ -42,8 +43,12 @@ def browser(lab_server):
 
     playwright = sync_playwright().start()
     try:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS,
-                                             env=chromium_env(lab_server.workdir / "chromium"))
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            env=chromium_env(lab_server.workdir / "chromium"),
+        )
         try:
             yield browser
         finally:

@@ -4,6 +4,7 @@
 files) with its own settings, runtime and data folders, and stops every process it started, kernels included.
 The page helpers below open a notebook, run all cells and read back what the learner would see.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -25,9 +26,17 @@ SKIP_REASON = "browser test skipped: run `make test-browser` (needs Debian's chr
 # Headless flags that work in a sandboxed container with a closed network: without the background-networking
 # ones Chromium keeps dialing out and stalls.
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--disable-breakpad", "--disable-crash-reporter",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
 ]
 
 
@@ -80,14 +89,25 @@ def _die_with_parent():
     # the server must not outlive a killed test run; PR_SET_PDEATHSIG = 1 (Linux only, best effort)
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
     except OSError:
         pass
 
 
 # left out of the server's copy of the repository: version control, environments, caches, outputs
-COPY_IGNORE = (".git", ".venv", "__pycache__", ".ipynb_checkpoints", "*.egg-info", ".pytest_cache", "screenshots",
-               "grades", "build", "submissions")
+COPY_IGNORE = (
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".ipynb_checkpoints",
+    "*.egg-info",
+    ".pytest_cache",
+    "screenshots",
+    "grades",
+    "build",
+    "submissions",
+)
 
 
 def _copy_ignore(directory, names):
@@ -130,23 +150,45 @@ class LabServer:
         shutil.copy(ROOT / "etc" / "jupyter" / "jupyter_server_config.json", self.workdir / "config")
         # private Jupyter folders: nothing read from or written to the user's home, and a kernel name that
         # exists only on one machine fails here as it would for a learner
-        env.update(JUPYTER_CONFIG_DIR=str(self.workdir / "config"), JUPYTER_RUNTIME_DIR=str(self.workdir / "runtime"),
-                   JUPYTER_DATA_DIR=str(self.workdir / "data"), IPYTHONDIR=str(self.workdir / "ipython"),
-                   JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1")
+        env.update(
+            JUPYTER_CONFIG_DIR=str(self.workdir / "config"),
+            JUPYTER_RUNTIME_DIR=str(self.workdir / "runtime"),
+            JUPYTER_DATA_DIR=str(self.workdir / "data"),
+            IPYTHONDIR=str(self.workdir / "ipython"),
+            JUPYTER_PLATFORM_DIRS="1",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("MPLBACKEND", None)  # a non-inline backend would hide every plot
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-               "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-               f"--ServerApp.root_dir={self.root}", f"--LabApp.user_settings_dir={settings}",
-               f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}",
-               "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False",
-               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: the page helpers ask it what is open
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}",
+            "--LabApp.extension_manager=readonly",
+            "--ServerApp.terminals_enabled=False",
+            "--LabApp.expose_app_in_browser=True",
+        ]  # window.jupyterapp: the page helpers ask it what is open
         if os.geteuid() == 0:  # CI containers run as root
             cmd.append("--allow-root")
         log = open(self.log_path, "wb")
         try:
-            self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             log.close()
         atexit.register(self.stop)
@@ -169,8 +211,9 @@ class LabServer:
 
     def api(self, method, path, body=None, timeout=10):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, method=method, data=data,
-                                         headers={"Authorization": f"token {self.token}"})
+        request = urllib.request.Request(
+            self.base_url + path, method=method, data=data, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read()
         return json.loads(body) if body else None
@@ -297,12 +340,15 @@ def open_notebook(page, server, notebook_rel, num_cells, timeout_s=90):
     page.goto(server.url(notebook_rel))
     deadline = time.monotonic() + timeout_s
     while True:
-        state = page.evaluate("""(selector) => ({
+        state = page.evaluate(
+            """(selector) => ({
           cells: document.querySelectorAll(selector).length,
           kernel: (document.querySelector('.jp-NotebookPanel-toolbar .jp-KernelName') || {}).innerText || '',
           status: (document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator')
                    || {getAttribute: () => null}).getAttribute('data-status'),
-          dialog: (document.querySelector('.jp-Dialog') || {}).innerText || ''})""", CELL_SELECTOR)
+          dialog: (document.querySelector('.jp-Dialog') || {}).innerText || ''})""",
+            CELL_SELECTOR,
+        )
         if state["dialog"]:
             raise AssertionError(f"JupyterLab asks: {state['dialog'][:300]!r} (does the notebook's kernel exist?)")
         if state["cells"] == num_cells and state["kernel"] not in ("", "No Kernel") and state["status"] == "idle":
@@ -420,5 +466,10 @@ def notebook_expectations(path: Path):
         if "raises-exception" in cell.get("metadata", {}).get("tags", []):
             raises.add(i)
         images += sum(any(k.startswith("image/") for k in out.get("data", {})) for out in cell.get("outputs", []))
-    return {"kernel": nb.get("metadata", {}).get("kernelspec", {}).get("name"), "code_cells": code,
-            "raises": raises, "images": images, "num_cells": len(nb["cells"])}
+    return {
+        "kernel": nb.get("metadata", {}).get("kernelspec", {}).get("name"),
+        "code_cells": code,
+        "raises": raises,
+        "images": images,
+        "num_cells": len(nb["cells"]),
+    }

@@ -4,6 +4,7 @@ typical mistake and a correct answer in another style; exercise 07 (interview mo
 constructors; and Run All keeps the interview's running timer. In process, every exercise:
 tests/test_exercises_as_learner.py.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,20 +40,25 @@ INTERVIEW = "exercises/07_interview_mha.ipynb"
 def _answer_cell(rel: str) -> int:
     """Position (among all cells, as JupyterLab counts them) of the notebook's first answer cell."""
     import json
+
     cells = json.loads((ROOT / rel).read_text(encoding="utf-8"))["cells"]
     return next(i for i, c in enumerate(cells) if c["metadata"].get("nbgrader", {}).get("solution"))
 
 
 def _check_cell(rel: str) -> int:
     import json
+
     cells = json.loads((ROOT / rel).read_text(encoding="utf-8"))["cells"]
     return next(i for i, c in enumerate(cells) if c["metadata"].get("nbgrader", {}).get("grade"))
 
 
 def _write(page, index: int, source: str):
     """The learner's answer, put into cell ``index`` of the open notebook (what typing it would leave there)."""
-    page.evaluate("""([i, src]) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i)
-                       .sharedModel.setSource(src)""", [index, source])
+    page.evaluate(
+        """([i, src]) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i)
+                       .sharedModel.setSource(src)""",
+        [index, source],
+    )
 
 
 def _output(page, index: int) -> str:
@@ -95,8 +101,11 @@ def test_run_all_keeps_the_running_timer(lab_server, page):
     wait_until_run(page, expect["code_cells"])
     timer = 2  # the timer's cell
     page.locator(CELL_SELECTOR).nth(timer).locator(".widget-play button").first.click()  # ▶
-    page.wait_for_function("([sel, i]) => !document.querySelectorAll(sel)[i].innerText.includes('20:00 left')",
-                           arg=[CELL_SELECTOR, timer], timeout=30_000)  # it ticked
+    page.wait_for_function(
+        "([sel, i]) => !document.querySelectorAll(sel)[i].innerText.includes('20:00 left')",
+        arg=[CELL_SELECTOR, timer],
+        timeout=30_000,
+    )  # it ticked
     run_all_cells(page)  # clears the outputs and runs every cell again, the timer's included
     wait_until_run(page, expect["code_cells"])
     used = _output(page, expect["num_cells"] - 1)  # the last cell stops the clock and says the time used

@@ -3,6 +3,7 @@ it: it opens the file it names (no "is a directory" or "cannot open" dialog) and
 heading. Each distinct target is clicked once, from the first of those files that links it. The fast check of the
 same links, without a browser, is tests/test_links.py.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -31,18 +32,24 @@ _LOCAL = """[...w.node.querySelectorAll('.jp-RenderedMarkdown a[href]')].filter(
     !a.classList.contains('jp-InternalAnchorLink')
     && (a.getAttribute('href').startsWith('#') || a.href.startsWith(location.origin + '/')))"""
 
-_LINKS_JS = """() => {
+_LINKS_JS = (
+    """() => {
   const w = window.jupyterapp.shell.currentWidget;
   if (!w || !w.node.querySelector('.jp-RenderedMarkdown')) return null;
   return %s.length;
-}""" % _LOCAL
+}"""
+    % _LOCAL
+)
 
-_CLICK_JS = """(i) => {
+_CLICK_JS = (
+    """(i) => {
   const w = window.jupyterapp.shell.currentWidget;
   const a = %s[i];
   a.scrollIntoView({block: 'center'});
   a.click();
-}""" % _LOCAL
+}"""
+    % _LOCAL
+)
 
 
 def _local(target: str) -> bool:
@@ -87,16 +94,24 @@ def _open(page, path, count=None):
     """Close everything, then open ``path`` as a learner sees it: rendered (as make lab shows the index). Waits until
     it is the current document and shows ``count`` local links (any number, when None)."""
     # a notebook a link opened is "changed" once its kernel reports its language: closed without asking to save
-    page.evaluate("""(p) => { const app = window.jupyterapp;
+    page.evaluate(
+        """(p) => { const app = window.jupyterapp;
       for (const w of app.shell.widgets('main')) { if (w.context) w.context.model.dirty = false; }
       return app.commands.execute('application:close-all')
-        .then(() => app.commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'})); }""", path)
-    page.wait_for_function("""([path, count]) => {
+        .then(() => app.commands.execute('docmanager:open', {path: p, factory: 'Markdown Preview'})); }""",
+        path,
+    )
+    page.wait_for_function(
+        """([path, count]) => {
       const w = window.jupyterapp.shell.currentWidget;
       if (!w || !w.context || w.context.path !== path || !w.node.querySelector('.jp-RenderedMarkdown')) return false;
       const shown = %s.length;
       return count === null ? shown > 0 : shown === count;
-    }""" % _LOCAL, arg=[path, count], timeout=30_000)
+    }"""
+        % _LOCAL,
+        arg=[path, count],
+        timeout=30_000,
+    )
 
 
 def _landed(page, path, fragment, timeout_s=20):
@@ -125,8 +140,11 @@ _BACK_JS = """(sourceId) => { const app = window.jupyterapp;
 @pytest.mark.parametrize("source", FRONT_DOORS)
 def test_every_link_opens_its_file_or_heading_in_jupyterlab(source, lab_server, page):
     page.goto(lab_server.url(source))
-    page.wait_for_function("() => window.jupyterapp && ['application:close-all', 'docmanager:open']"
-                           ".every(c => window.jupyterapp.commands.hasCommand(c))", timeout=60_000)
+    page.wait_for_function(
+        "() => window.jupyterapp && ['application:close-all', 'docmanager:open']"
+        ".every(c => window.jupyterapp.commands.hasCommand(c))",
+        timeout=60_000,
+    )
     count = len([t for t in links((ROOT / source).read_text(encoding="utf-8")) if _local(t)])
     _open(page, source)
     rendered = page.evaluate(_LINKS_JS)

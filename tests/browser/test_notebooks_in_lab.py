@@ -6,6 +6,7 @@ render (and are wide enough to use), and that moving one control redraws the fig
 per notebook goes to tests/browser/screenshots/ (git-ignored). The server serves a copy of the repository, so
 the committed files never change; the test checks that too. One test per notebook: `-k 03` picks one.
 """
+
 import hashlib
 import importlib.util
 import os
@@ -81,6 +82,7 @@ def _screenshot(page, focus, path):
 
 def _check_cells(cells, expect, focus):
     """The learner-visible state after Run All; ``focus`` collects the cell to show in the screenshot."""
+
     def fail_if(bad, message):
         if bad:
             focus.append(bad[0][0])
@@ -90,28 +92,41 @@ def _check_cells(cells, expect, focus):
     shown = [(i, text[-1500:]) for i, c in enumerate(cells) if i not in expect["raises"] for text in c["stderr"]]
     fail_if([(i, t) for i, t in shown if "Traceback" in t], "cells show errors:")
     fail_if(shown, "cells write to stderr:")
-    fail_if([(i, cells[i]["prompt"]) for i in expect["code_cells"]
-             if not any(ch.isdigit() for ch in cells[i]["prompt"])], "code cells not executed:")
+    fail_if(
+        [(i, cells[i]["prompt"]) for i in expect["code_cells"] if not any(ch.isdigit() for ch in cells[i]["prompt"])],
+        "code cells not executed:",
+    )
 
-    fail_if([(i, "image did not load") for i, c in enumerate(cells) if any(not img["ok"] for img in c["images"])],
-            "broken images:")
+    fail_if(
+        [(i, "image did not load") for i, c in enumerate(cells) if any(not img["ok"] for img in c["images"])],
+        "broken images:",
+    )
     rendered = sum(len(c["images"]) for c in cells)
-    assert rendered >= max(1, expect["images"]), \
+    assert rendered >= max(1, expect["images"]), (
         f"{rendered} plots rendered as images, the committed run has {expect['images']} (need another front end?)"
+    )
     fail_if([(i, c["widgetErrors"][0]) for i, c in enumerate(cells) if c["widgetErrors"]], "widgets do not render:")
     assert any(c["widgets"] for c in cells), "no ipywidgets control is rendered"
-    fail_if([(i, f"track widths {c['sliderWidths']} px") for i, c in enumerate(cells)
-             if any(w < MIN_SLIDER_PX for w in c["sliderWidths"])], f"sliders squeezed below {MIN_SLIDER_PX} px:")
+    fail_if(
+        [
+            (i, f"track widths {c['sliderWidths']} px")
+            for i, c in enumerate(cells)
+            if any(w < MIN_SLIDER_PX for w in c["sliderWidths"])
+        ],
+        f"sliders squeezed below {MIN_SLIDER_PX} px:",
+    )
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS + [ZH_NOTEBOOK],
-                         ids=[p.stem for p in NOTEBOOKS] + [f"zh-CN-{ZH_NOTEBOOK.stem}"])
+@pytest.mark.parametrize(
+    "notebook", NOTEBOOKS + [ZH_NOTEBOOK], ids=[p.stem for p in NOTEBOOKS] + [f"zh-CN-{ZH_NOTEBOOK.stem}"]
+)
 def test_notebook_runs_in_jupyterlab(notebook, lab_server, page, screenshots):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     expect = notebook_expectations(notebook)
-    assert expect["kernel"] == "python3", \
+    assert expect["kernel"] == "python3", (
         f"kernelspec name is {expect['kernel']!r}; use the plain 'python3' that every Jupyter install has"
+    )
     committed = _digest(notebook)
     focus = []  # the cell the screenshot shows: the first offending one, else the live figure
     try:

@@ -79,6 +79,7 @@ if SKIP_REASON:
 
 # ---------------------------------------------------------------------------------------------------- the hub
 
+
 class Hub:
     """JupyterHub from the workshop's own configuration, with the test's authenticator, spawner and folders."""
 
@@ -94,23 +95,46 @@ class Hub:
     def start(self, timeout=120) -> float:
         (self.tmp / "hub").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
-        env.update(PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}", ATTN_EXCHANGE=str(self.exchange),
-                   ATTN_INSTRUCTORS=INSTRUCTOR, ATTN_HUB_URL=self.url, PYTHONUNBUFFERED="1")
-        cmd = [str(HUB), "-f", str(CONFIG),
-               "--JupyterHub.authenticator_class=shared-password",
-               f"--SharedPasswordAuthenticator.user_password={self.password}",
-               "--JupyterHub.spawner_class=jupyterhub.spawner.SimpleLocalProcessSpawner",
-               f"--SimpleLocalProcessSpawner.home_dir_template={self.tmp / 'home' / '{username}'}",
-               f"--JupyterHub.hub_port={free_port()}", f"--ConfigurableHTTPProxy.api_url=http://127.0.0.1:{free_port()}",
-               f"--JupyterHub.db_url=sqlite:///{self.tmp / 'hub' / 'jupyterhub.sqlite'}",
-               f"--JupyterHub.cookie_secret_file={self.tmp / 'hub' / 'cookie_secret'}"]
+        env.update(
+            PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            ATTN_EXCHANGE=str(self.exchange),
+            ATTN_INSTRUCTORS=INSTRUCTOR,
+            ATTN_HUB_URL=self.url,
+            PYTHONUNBUFFERED="1",
+        )
+        cmd = [
+            str(HUB),
+            "-f",
+            str(CONFIG),
+            "--JupyterHub.authenticator_class=shared-password",
+            f"--SharedPasswordAuthenticator.user_password={self.password}",
+            "--JupyterHub.spawner_class=jupyterhub.spawner.SimpleLocalProcessSpawner",
+            f"--SimpleLocalProcessSpawner.home_dir_template={self.tmp / 'home' / '{username}'}",
+            f"--JupyterHub.hub_port={free_port()}",
+            f"--ConfigurableHTTPProxy.api_url=http://127.0.0.1:{free_port()}",
+            f"--JupyterHub.db_url=sqlite:///{self.tmp / 'hub' / 'jupyterhub.sqlite'}",
+            f"--JupyterHub.cookie_secret_file={self.tmp / 'hub' / 'cookie_secret'}",
+        ]
         if os.geteuid() == 0:  # the spawner starts servers as this user; JupyterLab refuses root without this
-            cmd += [f"--Spawner.args={arg}" for arg in ("--allow-root", "--LabApp.news_url=",
-                                                         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")]
+            cmd += [
+                f"--Spawner.args={arg}"
+                for arg in (
+                    "--allow-root",
+                    "--LabApp.news_url=",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                )
+            ]
         started = time.monotonic()
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.tmp / "hub", env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.tmp / "hub",
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = started + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -185,19 +209,32 @@ def _rss(pid) -> int:
 
 # ---------------------------------------------------------------------------------------------------- nbgrader
 
+
 def _nbgrader_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
-    env.update(PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}", JUPYTER_CONFIG_DIR=str(tmp / "jcfg"),
-               JUPYTER_DATA_DIR=str(tmp / "jdata"), JUPYTER_RUNTIME_DIR=str(tmp / "jrun"), OMP_NUM_THREADS="1",
-               ATTN_HISTORY="off")
+    env.update(
+        PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        JUPYTER_CONFIG_DIR=str(tmp / "jcfg"),
+        JUPYTER_DATA_DIR=str(tmp / "jdata"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "jrun"),
+        OMP_NUM_THREADS="1",
+        ATTN_HISTORY="off",
+    )
     return env
 
 
 def _nbgrader(args, course: Path, exchange: Path, env: dict) -> str:
-    proc = subprocess.run([str(NBGRADER), *args, f"--Exchange.root={exchange}"], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"nbgrader {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}" \
-                                 f"{proc.stderr[-3000:]}"
+    proc = subprocess.run(
+        [str(NBGRADER), *args, f"--Exchange.root={exchange}"],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (
+        f"nbgrader {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    )
     return proc.stdout + proc.stderr
 
 
@@ -277,6 +314,7 @@ def _log_in(page, hub: Hub, learner: str):
 
 # ---------------------------------------------------------------------------------------------------- the test
 
+
 def test_a_workshop_on_jupyterhub(tmp_path):
     exchange, course = tmp_path / "exchange", tmp_path / "course"
     exchange.mkdir(mode=0o777)
@@ -294,8 +332,12 @@ def test_a_workshop_on_jupyterhub(tmp_path):
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS,
-                                                 env=chromium_env(tmp_path / "chromium"))
+            browser = playwright.chromium.launch(
+                executable_path=chromium_path(),
+                headless=True,
+                args=CHROMIUM_ARGS,
+                env=chromium_env(tmp_path / "chromium"),
+            )
             try:
                 for learner in LEARNERS:
                     _lab_settings(tmp_path / "home" / learner)
@@ -311,8 +353,9 @@ def test_a_workshop_on_jupyterhub(tmp_path):
                     # a notebook of the course, run through the menus as a learner does
                     nb = nbformat.read(str(ROOT / "notebooks" / NOTEBOOK), as_version=4)
                     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
-                    open_notebook(page, _Lab(hub.url, learner), f"attention-by-hand/notebooks/{NOTEBOOK}",
-                                  len(nb.cells))
+                    open_notebook(
+                        page, _Lab(hub.url, learner), f"attention-by-hand/notebooks/{NOTEBOOK}", len(nb.cells)
+                    )
                     run_all_cells(page)
                     cells = wait_until_run(page, code)["cells"]
                     errors = [(i, c["stderr"][:1]) for i, c in enumerate(cells) if c["stderr"]]
@@ -326,8 +369,12 @@ def test_a_workshop_on_jupyterhub(tmp_path):
                     path = f"{ASSIGNMENT}/{MHA}.ipynb"
                     fetched = _api(page, "GET", f"{base}/api/contents/{path}?content=1")["content"]
                     answer = _answer(fetched, learner)
-                    _api(page, "PUT", f"{base}/api/contents/{path}",
-                         body={"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(answer))})
+                    _api(
+                        page,
+                        "PUT",
+                        f"{base}/api/contents/{path}",
+                        body={"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(answer))},
+                    )
                     listed = _assignments(page, "submit", learner)
                     assert any(a["status"] == "submitted" for a in listed), f"{learner}: nothing submitted: {listed}"
                     hub.remember()
@@ -372,12 +419,20 @@ def test_a_workshop_on_jupyterhub(tmp_path):
 
 def _scores(course: Path, env: dict) -> dict:
     """Each learner's score on exercise 04 and its maximum, read from nbgrader's gradebook."""
-    script = ("import json, sys\nfrom nbgrader.api import Gradebook\n"
-              "with Gradebook('sqlite:///gradebook.db', course_id=sys.argv[1]) as gb:\n"
-              "    subs = gb.assignment_submissions(sys.argv[2])\n"
-              "    print(json.dumps({s.student_id: s.score for s in subs} | "
-              "{'max': gb.find_assignment(sys.argv[2]).max_score}))\n")
-    proc = subprocess.run([str(VENV / "bin" / "python"), "-c", script, COURSE_ID, ASSIGNMENT], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=120)
+    script = (
+        "import json, sys\nfrom nbgrader.api import Gradebook\n"
+        "with Gradebook('sqlite:///gradebook.db', course_id=sys.argv[1]) as gb:\n"
+        "    subs = gb.assignment_submissions(sys.argv[2])\n"
+        "    print(json.dumps({s.student_id: s.score for s in subs} | "
+        "{'max': gb.find_assignment(sys.argv[2]).max_score}))\n"
+    )
+    proc = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", script, COURSE_ID, ASSIGNMENT],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -3,6 +3,7 @@
 Run with nbgrader's own Python (the round-trip test does): python gradebook_scores.py COURSE_DIR COURSE_ID ASSIGNMENT
 Output: {student: {"score", "max_score", "notebooks": {name: {"score", "max_score"}}}}
 """
+
 import json
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ def scores(course_dir: Path, course_id: str, assignment: str) -> dict:
         for student in gb.students:
             submission = gb.find_submission(assignment, student.id)
             found[student.id] = {
-                "score": submission.score, "max_score": submission.max_score,
+                "score": submission.score,
+                "max_score": submission.max_score,
                 "notebooks": {nb.name: {"score": nb.score, "max_score": nb.max_score} for nb in submission.notebooks},
             }
     return found

@@ -15,6 +15,7 @@ scores from the gradebook. nbgrader commands are slow to start, so only alice go
 The learners' copies nbgrader generates must be the repository's exercises/, cell for cell.
 Runs only with RUN_NBGRADER_TESTS=1; skipped, saying why, where nbgrader is not installed (an error in CI).
 """
+
 import csv
 import html
 import json
@@ -58,16 +59,27 @@ if SKIP_REASON:
 def _env(tmp: Path) -> dict:
     """nbgrader's environment: its venv first on PATH (it calls `alembic` by name), Jupyter's folders in ``tmp``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}", JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"),
-               JUPYTER_DATA_DIR=str(tmp / "jupyter-data"), JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"),
-               OMP_NUM_THREADS="1")
+    env.update(
+        PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"),
+        JUPYTER_DATA_DIR=str(tmp / "jupyter-data"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"),
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
 def _run(commands, env):
     """Run nbgrader commands [(args, cwd)] side by side; fail with their output if one fails."""
-    procs = [(args, subprocess.Popen([str(NBGRADER), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)) for args, cwd in commands]
+    procs = [
+        (
+            args,
+            subprocess.Popen(
+                [str(NBGRADER), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            ),
+        )
+        for args, cwd in commands
+    ]
     for args, proc in procs:
         out, _ = proc.communicate(timeout=600)
         if proc.returncode != 0:
@@ -101,16 +113,21 @@ def _mistake_class():
 
     from course_utils.grade import check
 
-    source = next(c.source for c in nbformat.read(str(ROOT / "solutions" / f"{MHA}.ipynb"), as_version=4).cells
-                  if c.id == "solution")
+    source = next(
+        c.source
+        for c in nbformat.read(str(ROOT / "solutions" / f"{MHA}.ipynb"), as_version=4).cells
+        if c.id == "solution"
+    )
     namespace = {"torch": torch, "nn": nn}
     exec(_learner_code(source, CAROL), namespace)  # noqa: S102 - our own solution, with the known mistake
     return check("mha", namespace["MultiHeadAttention"], quiet=True)
 
 
 CAROL = ("attn_scores / self.head_dim ** 0.5", "attn_scores / self.d_out ** 0.5")
-DORA = ("return self.out_proj(context)",
-        "return __import__('warnings').warn('debugging: context computed') or self.out_proj(context)")
+DORA = (
+    "return self.out_proj(context)",
+    "return __import__('warnings').warn('debugging: context computed') or self.out_proj(context)",
+)
 
 
 class _Clock:
@@ -131,8 +148,11 @@ class _Clock:
 
     def __str__(self):
         wall, cpu = sum(p[1] for p in self.phases), sum(p[2] for p in self.phases)
-        return ("nbgrader round trip: " + ", ".join(f"{n} {w:.0f} s ({c:.0f} s CPU)" for n, w, c in self.phases)
-                + f"; total {wall:.0f} s ({cpu:.0f} s CPU)")
+        return (
+            "nbgrader round trip: "
+            + ", ".join(f"{n} {w:.0f} s ({c:.0f} s CPU)" for n, w, c in self.phases)
+            + f"; total {wall:.0f} s ({cpu:.0f} s CPU)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +166,8 @@ def course(tmp_path_factory, request):
     (tmp / "jupyter-config").mkdir()
     (tmp / "jupyter-config" / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
-        f"c.Exchange.root = {str(exchange)!r}\nc.Exchange.cache = {str(tmp / 'exchange-cache')!r}\n")
+        f"c.Exchange.root = {str(exchange)!r}\nc.Exchange.cache = {str(tmp / 'exchange-cache')!r}\n"
+    )
     course_dir = tmp / "course"
     (course_dir / "source").mkdir(parents=True)
     shutil.copy(ROOT / "instructors" / "nbgrader_config.py", course_dir)
@@ -180,8 +201,18 @@ def course(tmp_path_factory, request):
     clock.lap("autograde")
     _run([(["generate_feedback", ASSIGNMENT], course_dir)], env)
     _run([(["export"], course_dir)], env)
-    scores = subprocess.run([str(VENV / "bin" / "python"), str(Path(__file__).with_name("gradebook_scores.py")),
-                             str(course_dir), COURSE_ID, ASSIGNMENT], env=env, capture_output=True, text=True)
+    scores = subprocess.run(
+        [
+            str(VENV / "bin" / "python"),
+            str(Path(__file__).with_name("gradebook_scores.py")),
+            str(course_dir),
+            COURSE_ID,
+            ASSIGNMENT,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert scores.returncode == 0, scores.stderr[-4000:]
     clock.lap("feedback, export, gradebook")
     with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
@@ -213,8 +244,9 @@ def test_the_learners_copies_are_the_exercises(course):
     for path in released:
         ours = nbformat.read(str(ROOT / "exercises" / path.name), as_version=4).cells
         theirs = nbformat.read(str(path), as_version=4).cells
-        assert [(c.id, c.cell_type, c.source) for c in theirs] == [(c.id, c.cell_type, c.source) for c in ours], \
+        assert [(c.id, c.cell_type, c.source) for c in theirs] == [(c.id, c.cell_type, c.source) for c in ours], (
             f"nbgrader's {path.name} differs from exercises/{path.name}"
+        )
 
 
 def test_the_solutions_get_full_points_in_every_notebook(course):

@@ -29,62 +29,74 @@ TEXTS: dict[str, tuple[str, str]] = {
         "the accumulator is not rescaled when the running maximum grows: acc = acc * alpha[:, None] + tl.dot(p, v), "
         "with alpha = exp(m_old - m_new)",
         "运行最大值变大时没有重新缩放累加器：应为 acc = acc * alpha[:, None] + tl.dot(p, v)，"
-        "其中 alpha = exp(m_old - m_new)"),
+        "其中 alpha = exp(m_old - m_new)",
+    ),
     "mutant.flash_sum_not_rescaled": (
         "the running sum is not rescaled when the running maximum grows: l = l * alpha + tl.sum(p, 1)",
-        "运行最大值变大时没有重新缩放运行和：应为 l = l * alpha + tl.sum(p, 1)"),
+        "运行最大值变大时没有重新缩放运行和：应为 l = l * alpha + tl.sum(p, 1)",
+    ),
     "mutant.flash_max_started_at_zero": (
         "the running maximum starts at 0 instead of -inf: when every score of a row is far below 0, exp(s - 0) "
         "underflows to 0 and the row divides 0 by 0; start it with tl.full((BLOCK_M,), float('-inf'), tl.float32)",
         "运行最大值从 0 而不是 -inf 开始：某一行的分数全都远小于 0 时，exp(s - 0) 下溢为 0，这一行就成了 0 除以 0；"
-        "应当用 tl.full((BLOCK_M,), float('-inf'), tl.float32) 初始化"),
+        "应当用 tl.full((BLOCK_M,), float('-inf'), tl.float32) 初始化",
+    ),
     "mutant.flash_tail_read_without_mask": (
         "the last key block is read without a mask: past the sequence's end tl.load reads whatever lies in memory "
         "(here NaN) and raises nothing; load K and V with mask=cols[:, None] < seq_len, other=0.0",
         "读取最后一个键块时没有加掩码：超出序列末尾后，tl.load 读到的是内存里碰巧存着的东西"
         "（这里是 NaN），而且不会报错；"
-        "加载 K 和 V 时要带上 mask=cols[:, None] < seq_len, other=0.0"),
+        "加载 K 和 V 时要带上 mask=cols[:, None] < seq_len, other=0.0",
+    ),
     "mutant.flash_tail_scores_not_hidden": (
         "the keys past the sequence's end are loaded as zeros but their scores are not hidden: each gets the weight "
         "exp(0 - m); set their scores to -inf with tl.where(cols[None, :] < seq_len, s, float('-inf'))",
         "超出序列末尾的键按 0 加载了，但它们的分数没有被遮住：每个都分到了权重 exp(0 - m)；"
-        "要用 tl.where(cols[None, :] < seq_len, s, float('-inf')) 把它们的分数设为 -inf"),
+        "要用 tl.where(cols[None, :] < seq_len, s, float('-inf')) 把它们的分数设为 -inf",
+    ),
     "mutant.flash_diagonal_block_unmasked": (
         "causal: the key blocks that cross the diagonal are not masked, so a query sees the later keys of its "
         "block; hide them with cols[None, :] <= rows[:, None]",
         "因果：跨过对角线的键块没有加掩码，查询看到了同一块里排在它后面的键；"
-        "要用 cols[None, :] <= rows[:, None] 遮住它们"),
+        "要用 cols[None, :] <= rows[:, None] 遮住它们",
+    ),
     "mutant.flash_causal_ignored": (
         "causal=True computes full attention: stop the loop at the diagonal and mask the blocks that cross it",
-        "causal=True 时算成了完整注意力：循环要停在对角线处，并给跨过对角线的块加掩码"),
+        "causal=True 时算成了完整注意力：循环要停在对角线处，并给跨过对角线的块加掩码",
+    ),
     "mutant.flash_scale_after_softmax": (
         "the scale 1/sqrt(d) is applied after the softmax (to the output): it belongs to the scores, before the "
         "maximum and exp: s = tl.dot(q, tl.trans(k)) * scale",
         "1/sqrt(d) 的缩放放在了 softmax 之后（乘到了输出上）：它应当作用在分数上，在求最大值和 exp 之前："
-        "s = tl.dot(q, tl.trans(k)) * scale"),
+        "s = tl.dot(q, tl.trans(k)) * scale",
+    ),
     "mutant.flash_no_scale": (
         "the scores are not scaled: s = tl.dot(q, tl.trans(k)) * scale, with scale = 1/sqrt(d)",
-        "分数没有缩放：应为 s = tl.dot(q, tl.trans(k)) * scale，其中 scale = 1/sqrt(d)"),
+        "分数没有缩放：应为 s = tl.dot(q, tl.trans(k)) * scale，其中 scale = 1/sqrt(d)",
+    ),
     "mutant.flash_lse_stored_wrong": (
         "the log-sum-exp stored is wrong: it is m + log(l), in natural log, with m and l after the last key block "
         "(with exp2 and scores in log2 units, convert back: (m + log2(l)) * ln 2)",
         "存下的 log-sum-exp 不对：应为 m + log(l)（自然对数），m 和 l 取最后一个键块之后的值"
-        "（如果用 exp2、分数以 log2 为单位，要换算回来：(m + log2(l)) * ln 2）"),
+        "（如果用 exp2、分数以 log2 为单位，要换算回来：(m + log2(l)) * ln 2）",
+    ),
     "case:full attention, T = 37: a tail in the last query and key blocks, blocks of 32 x 32": (
         "full attention, T = 37: a tail in the last query and key blocks, blocks of 32 x 32",
-        "完整注意力，T = 37：最后一个查询块和键块都有尾部，块大小 32 x 32"),
+        "完整注意力，T = 37：最后一个查询块和键块都有尾部，块大小 32 x 32",
+    ),
     "case:causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal": (
         "causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal",
-        "因果，T = 37，块大小为 32 个查询 x 16 个键：每条对角线穿过两个键块"),
+        "因果，T = 37，块大小为 32 个查询 x 16 个键：每条对角线穿过两个键块",
+    ),
     "case:causal, T = 32 (no tail), head dim 32, blocks of 16 x 16": (
         "causal, T = 32 (no tail), head dim 32, blocks of 16 x 16",
-        "因果，T = 32（没有尾部），头维度 32，块大小 16 x 16"),
+        "因果，T = 32（没有尾部），头维度 32，块大小 16 x 16",
+    ),
     "case:full attention, every score near -150 (a maximum started at 0 underflows), T = 20": (
         "full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
-        "完整注意力，所有分数都在 -150 附近（从 0 开始的最大值会下溢），T = 20"),
+        "完整注意力，所有分数都在 -150 附近（从 0 开始的最大值会下溢），T = 20",
+    ),
 }
-
-
 
 
 M_ACC = Mistake("flash_accumulator_not_rescaled")
@@ -104,16 +116,17 @@ class FlashVariant:
     max_start: float = float("-inf")  # 0.0: the running maximum started at 0
     rescale_acc: bool = True
     rescale_sum: bool = True
-    tail: str = "masked"    # masked | loads (K, V read past T; scores still hidden) | unmasked (neither)
+    tail: str = "masked"  # masked | loads (K, V read past T; scores still hidden) | unmasked (neither)
     tail_scores: bool = True  # False: K, V loaded as zeros past T, but their scores not hidden
-    diagonal: bool = True   # False: the blocks crossing the diagonal unmasked
-    causal: bool = True     # False: causal=True computes full attention
-    scale: str = "scores"   # scores | after_softmax (the output times the scale) | none
-    lse: str = "ok"         # ok | max (m alone) | log_sum (log l alone) | sum (m + l) | log2 (m + log2 l, log2 units)
+    diagonal: bool = True  # False: the blocks crossing the diagonal unmasked
+    causal: bool = True  # False: causal=True computes full attention
+    scale: str = "scores"  # scores | after_softmax (the output times the scale) | none
+    lse: str = "ok"  # ok | max (m alone) | log_sum (log l alone) | sum (m + l) | log2 (m + log2 l, log2 units)
 
 
 # ---------------------------------------------------------------------------------------------
 # the reference: the kernel's tiles replayed in PyTorch, with the variant's mistakes
+
 
 def _rows_past_end(t: torch.Tensor, rows: int) -> torch.Tensor:
     """``t`` (B, H, T, d) extended to ``rows`` rows through its own storage: what an unmasked load reads."""
@@ -133,7 +146,7 @@ def flash_forward(args, v: FlashVariant):
     for first in range(0, seq_len, block_m):
         rows = torch.arange(first, first + block_m)
         q_blk = torch.zeros(batch, heads, block_m, d)
-        q_blk[:, :, : min(block_m, seq_len - first)] = q[:, :, first:first + block_m].float()  # a masked load
+        q_blk[:, :, : min(block_m, seq_len - first)] = q[:, :, first : first + block_m].float()  # a masked load
         m = torch.full((batch, heads, block_m), v.max_start)
         l_sum = torch.zeros(batch, heads, block_m)
         acc = torch.zeros(batch, heads, block_m, d)
@@ -141,7 +154,7 @@ def flash_forward(args, v: FlashVariant):
         for start in range(0, end, block_n):
             cols = torch.arange(start, start + block_n)
             inside = cols < seq_len
-            k_blk, v_blk = k_all[:, :, start:start + block_n], v_all[:, :, start:start + block_n]
+            k_blk, v_blk = k_all[:, :, start : start + block_n], v_all[:, :, start : start + block_n]
             if v.tail == "masked":
                 k_blk = torch.where(inside[:, None], k_blk, torch.zeros(()))
                 v_blk = torch.where(inside[:, None], v_blk, torch.zeros(()))
@@ -163,15 +176,21 @@ def flash_forward(args, v: FlashVariant):
         o = acc / l_sum[..., None]
         if v.scale == "after_softmax":
             o = o * scale
-        row_lse = {"ok": m + torch.log(l_sum), "max": m, "log_sum": torch.log(l_sum), "sum": m + l_sum,
-                   "log2": (m + torch.log(l_sum)) / math.log(2)}[v.lse]
+        row_lse = {
+            "ok": m + torch.log(l_sum),
+            "max": m,
+            "log_sum": torch.log(l_sum),
+            "sum": m + l_sum,
+            "log2": (m + torch.log(l_sum)) / math.log(2),
+        }[v.lse]
         keep = min(block_m, seq_len - first)
-        out[:, :, first:first + keep], lse[:, :, first:first + keep] = o[:, :, :keep], row_lse[:, :, :keep]
+        out[:, :, first : first + keep], lse[:, :, first : first + keep] = o[:, :, :keep], row_lse[:, :, :keep]
     return out, lse
 
 
 # ---------------------------------------------------------------------------------------------
 # cases
+
 
 def padded(g, batch, heads, seq_len, d, shift=None):
     """A (B, H, T, d) view of a (B, H, T + PAD_ROWS, d) buffer whose rows past T hold NaN."""
@@ -192,22 +211,55 @@ def flash_case(name, g, batch, heads, seq_len, d, causal, block_m, block_n, nega
     v = padded(g, batch, heads, seq_len, d)
     args = (q, k, v, causal, block_m, block_n)
     call = Call(q, seed=draw_seed(g), args=args)
-    return Case(name, {"causal": causal, "block_m": block_m, "block_n": block_n}, {}, [call], kind="function",
-                meta={"tol": (2e-4, 2e-5)})
+    return Case(
+        name,
+        {"causal": causal, "block_m": block_m, "block_n": block_n},
+        {},
+        [call],
+        kind="function",
+        meta={"tol": (2e-4, 2e-5)},
+    )
 
 
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed). Small: the interpreter runs each program
     instance as NumPy code."""
     return [
-        flash_case("full attention, T = 37: a tail in the last query and key blocks, blocks of 32 x 32",
-                   g, 1, 2, 37, 16, False, 32, 32),
-        flash_case("causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal",
-                   g, 1, 1, 37, 16, True, 32, 16),
-        flash_case("causal, T = 32 (no tail), head dim 32, blocks of 16 x 16",
-                   g, 1, 1, 32, 32, True, 16, 16),
-        flash_case("full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
-                   g, 1, 1, 20, 16, False, 16, 16, negative=True),
+        flash_case(
+            "full attention, T = 37: a tail in the last query and key blocks, blocks of 32 x 32",
+            g,
+            1,
+            2,
+            37,
+            16,
+            False,
+            32,
+            32,
+        ),
+        flash_case(
+            "causal, T = 37, blocks of 32 queries x 16 keys: two key blocks cross each diagonal",
+            g,
+            1,
+            1,
+            37,
+            16,
+            True,
+            32,
+            16,
+        ),
+        flash_case("causal, T = 32 (no tail), head dim 32, blocks of 16 x 16", g, 1, 1, 32, 32, True, 16, 16),
+        flash_case(
+            "full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
+            g,
+            1,
+            1,
+            20,
+            16,
+            False,
+            16,
+            16,
+            negative=True,
+        ),
     ]
 
 

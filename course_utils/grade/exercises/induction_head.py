@@ -14,6 +14,7 @@ the checkpoint's recorded scores do once the heads moved: only what the heads do
 Records and the verdict follow ``protocol``/``diagnose``: ``run_function`` returns plain data (it also runs in the
 sandboxed child), ``verdict`` names the misconception whose answers the learner's reproduce on every case.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -41,9 +42,10 @@ DEFAULT_SEED = 0
 @dataclass
 class ModelCase:
     """One graded model: how it was made, and where its previous-token and induction heads are."""
+
     name: str
-    state: dict           # the GPT checkpoint dict (config + state_dict), never the training metadata
-    induction: tuple      # (layer, head)
+    state: dict  # the GPT checkpoint dict (config + state_dict), never the training metadata
+    induction: tuple  # (layer, head)
     previous_token: tuple
     meta: dict = field(default_factory=dict)
 
@@ -99,8 +101,10 @@ def _disguise_heads(state: dict, layer: int, n_heads: int, head_dim: int, genera
     weights = {n: state[prefix + n + ".weight"].clone() for n in ("W_query", "W_key", "W_value", "out_proj")}
     for h in range(n_heads):
         rows = slice(h * head_dim, (h + 1) * head_dim)
-        turn_qk, turn_v = (torch.linalg.qr(torch.randn(head_dim, head_dim, generator=generator,
-                                                       dtype=torch.float64))[0] for _ in range(2))
+        turn_qk, turn_v = (
+            torch.linalg.qr(torch.randn(head_dim, head_dim, generator=generator, dtype=torch.float64))[0]
+            for _ in range(2)
+        )
         scale = 2.0 ** int(torch.randint(-2, 3, (1,), generator=generator))
         for name, factor in (("W_query", scale), ("W_key", 1.0 / scale)):
             w = weights[name]
@@ -131,14 +135,15 @@ def _plant_decoy(state: dict, layer: int, head: int, head_dim: int, generator) -
         weight = state[prefix + name + ".weight"].clone()
         weight[rows] = torch.randn(head_dim, weight.shape[1], generator=generator, dtype=weight.dtype)
         if name in ("W_query", "W_value"):
-            weight[head * head_dim + half:(head + 1) * head_dim] = 0.0
+            weight[head * head_dim + half : (head + 1) * head_dim] = 0.0
         else:
-            weight[head * head_dim:head * head_dim + half] = 0.0
+            weight[head * head_dim : head * head_dim + half] = 0.0
         state[prefix + name + ".weight"] = weight
     w_o = w_o.clone()
     w_o[:, rows] = 0.0
-    w_o[:, head * head_dim + half:(head + 1) * head_dim] = torch.randn(
-        w_o.shape[0], head_dim - half, generator=generator, dtype=w_o.dtype)
+    w_o[:, head * head_dim + half : (head + 1) * head_dim] = torch.randn(
+        w_o.shape[0], head_dim - half, generator=generator, dtype=w_o.dtype
+    )
     state[prefix + "out_proj.weight"] = w_o
     return True
 
@@ -189,13 +194,15 @@ def _make_cases(seed: int) -> list[ModelCase]:
     recorded = torch.tensor(base["meta"]["scores"]["induction"]) if "scores" in base.get("meta", {}) else None
     n_heads, head_dim = config["n_heads"], config["emb_dim"] // config["n_heads"]
     prev0, ind0 = _reference_heads(base)
-    g = torch.Generator().manual_seed(10_007 * (seed % 2 ** 40 + 1))
+    g = torch.Generator().manual_seed(10_007 * (seed % 2**40 + 1))
     layouts = [("the trained checkpoint", None)] + _LAYOUTS
     cases = []
     for i, (name, inert) in enumerate(layouts):
         state, cfg = dict(base["state_dict"]), dict(config)
-        perms = [list(range(n_heads)) if i == 0 else torch.randperm(n_heads, generator=g).tolist()
-                 for _ in range(config["n_layers"])]
+        perms = [
+            list(range(n_heads)) if i == 0 else torch.randperm(n_heads, generator=g).tolist()
+            for _ in range(config["n_layers"])
+        ]
         stays = inert is None or inert > ind0[0]  # the induction head's layer keeps its index
         while i > 0 and stays and n_heads > 1 and perms[ind0[0]].index(ind0[1]) == ind0[1]:
             perms[ind0[0]] = torch.randperm(n_heads, generator=g).tolist()  # never where the checkpoint had it
@@ -214,8 +221,11 @@ def _make_cases(seed: int) -> list[ModelCase]:
             _insert_inert_layer(state, cfg, inert, g)
             prev = (prev[0] + (prev[0] >= inert), prev[1])
             ind = (ind[0] + (ind[0] >= inert), ind[1])
-        meta = {"inert": inert, "norm_heads": norm_heads(state, cfg),  # the proxies the graded model offers
-                "recorded": None if recorded is None else divmod(int(recorded.argmax()), n_heads)}
+        meta = {
+            "inert": inert,
+            "norm_heads": norm_heads(state, cfg),  # the proxies the graded model offers
+            "recorded": None if recorded is None else divmod(int(recorded.argmax()), n_heads),
+        }
         cases.append(ModelCase(name, {"config": cfg, "state_dict": state}, ind, prev, meta))
     return cases
 
@@ -224,10 +234,12 @@ def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
     """(previous-token head, induction head) of a checkpoint, by the course's scores on fixed sequences."""
     model = GPT.from_checkpoint(checkpoint).eval()
     c = model.config
-    scores = head_scores(model, make_batch(256, c.context_length, c.vocab_size,
-                                           generator=torch.Generator().manual_seed(5)))
-    return tuple(divmod(int(scores["previous_token"].argmax()), c.n_heads)), \
-        tuple(divmod(int(scores["induction"].argmax()), c.n_heads))
+    scores = head_scores(
+        model, make_batch(256, c.context_length, c.vocab_size, generator=torch.Generator().manual_seed(5))
+    )
+    return tuple(divmod(int(scores["previous_token"].argmax()), c.n_heads)), tuple(
+        divmod(int(scores["induction"].argmax()), c.n_heads)
+    )
 
 
 # ------------------------------------------------------------------------------------ misconceptions
@@ -235,7 +247,7 @@ def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
 
 @dataclass(frozen=True)
 class FunctionMutant:
-    key: str         # its text: TEXTS' mutant.<key>
+    key: str  # its text: TEXTS' mutant.<key>
     matches: object  # (ModelCase, (layer, head) or None) -> bool: the answer this mistake gives on the case
 
     @property
@@ -259,8 +271,14 @@ MUTANTS = [
     FunctionMutant("previous_token_head", _exactly(lambda c: c.previous_token)),
     FunctionMutant("layer_one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
     FunctionMutant("one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
-    FunctionMutant("flat_index_unravelled", _exactly(lambda c: divmod(c.induction[0] * c.state["config"]["n_heads"]
-                                                               + c.induction[1], c.state["config"]["n_layers"]))),
+    FunctionMutant(
+        "flat_index_unravelled",
+        _exactly(
+            lambda c: divmod(
+                c.induction[0] * c.state["config"]["n_heads"] + c.induction[1], c.state["config"]["n_layers"]
+            )
+        ),
+    ),
     FunctionMutant("last_layer_assumed", _last_layer),
     FunctionMutant("largest_weight_norm", lambda case, answer: answer in case.meta["norm_heads"]),
     FunctionMutant("checkpoint_metadata", lambda case, answer: answer is not None and answer == case.meta["recorded"]),
@@ -302,8 +320,9 @@ def run_function(exercise: str, fn, learner_files: set | None = None, seed: int 
 
 
 def not_implemented(exercise: str, defined: bool = True) -> Result:
-    message = Msg("not_implemented.write" if defined else "not_implemented.define_function",
-                  name=CONTRACT_FUNCTION[exercise])
+    message = Msg(
+        "not_implemented.write" if defined else "not_implemented.define_function", name=CONTRACT_FUNCTION[exercise]
+    )
     return Result(exercise, False, 0.0, 0, total_checks(exercise), NOT_IMPLEMENTED, [message])
 
 
@@ -324,8 +343,9 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     refusals += [Msg("refusal.course_scoring", call=call) for r in records for call in r.get("calls", [])]
     if refusals:
         refusals = list(dict.fromkeys(refusals))
-        return Result(exercise, False, 0.0, 0, total, "delegates",
-                      [Msg("refused.capstone", first=refusals[0])] + refusals[1:])
+        return Result(
+            exercise, False, 0.0, 0, total, "delegates", [Msg("refused.capstone", first=refusals[0])] + refusals[1:]
+        )
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         return not_implemented(exercise)
@@ -333,8 +353,14 @@ def verdict(exercise: str, records: list, refusals: list | None = None, seed: in
     for case, rec in zip(cases, records, strict=False):
         if rec["error"] is not None:
             e = rec["error"]
-            reasons.append((case.name, Msg("error.plain_line", type=e["type"], message=e["message"], line=e["line"])
-                            if e["line"] else Msg("error.plain", type=e["type"], message=e["message"])))
+            reasons.append(
+                (
+                    case.name,
+                    Msg("error.plain_line", type=e["type"], message=e["message"], line=e["line"])
+                    if e["line"]
+                    else Msg("error.plain", type=e["type"], message=e["message"]),
+                )
+            )
         elif isinstance(rec["answer"], str):
             reasons.append((case.name, Msg("capstone.not_a_pair", answer=rec["answer"])))
         elif _pair(rec["answer"]) != case.induction:
@@ -360,65 +386,97 @@ def failure(exercise: str, key: str, message: str, seed: int | None = None) -> R
     return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), key, [message])
 
 
-def grade_function(exercise: str, fn, learner_files: set | None = None, refusals: list | None = None,
-                   seed: int | None = None) -> Result:
+def grade_function(
+    exercise: str, fn, learner_files: set | None = None, refusals: list | None = None, seed: int | None = None
+) -> Result:
     """Grade the learner's function in this process (the self-check cell); never raises for learner bugs."""
     if exercise not in EXERCISES:
         raise ValueError(f"unknown function exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     if fn is None:
         return not_implemented(exercise, defined=False)
     if not callable(fn):
-        return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), "contract",
-                      [Msg("capstone.not_a_function", name=CONTRACT_FUNCTION[exercise], type=type(fn).__name__)])
+        return Result(
+            exercise,
+            False,
+            0.0,
+            0,
+            total_checks(exercise, seed),
+            "contract",
+            [Msg("capstone.not_a_function", name=CONTRACT_FUNCTION[exercise], type=type(fn).__name__)],
+        )
     return verdict(exercise, run_function(exercise, fn, learner_files, seed), refusals, seed)
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "capstone.not_a_pair": ("returned {answer}; the contract is a tuple (layer, head) of ints",
-                            "返回了 {answer}；接口约定要求返回由整数组成的元组 (layer, head)"),
+    "capstone.not_a_pair": (
+        "returned {answer}; the contract is a tuple (layer, head) of ints",
+        "返回了 {answer}；接口约定要求返回由整数组成的元组 (layer, head)",
+    ),
     "capstone.not_induction": ("returned {answer}, which is not the induction head", "返回了 {answer}，这不是归纳头"),
-    "capstone.contract": ("contract: return a tuple (layer, head) of ints", "接口约定：返回由整数组成的元组 (layer, head)"),
-    "capstone.not_a_function": ("contract: {name} must be a function, got {type}",
-                                "接口约定：{name} 必须是函数，你给的是 {type}"),
-    "capstone.wrong_head": ("not the induction head, and no known mistake explains the answers: score every head of "
-                            "every layer on repeated random tokens, as the notebook does",
-                            "找到的不是归纳头，也没有哪种已知的常见错误能解释这些答案：像笔记本里那样，在重复的随机 "
-                            "token 序列上给每一层的每个头打分"),
-    "mutant.previous_token_head": ("that is the previous-token head (前一词元头), layer 0's stripe just below the "
-                                   "diagonal: the induction head (归纳头) attends from the second copy to the token "
-                                   "AFTER the earlier occurrence of the current token",
-                                   "这是前一词元头（previous-token head），也就是第 0 层紧贴对角线下方的那条斜线：归纳头"
-                                   "（induction head）在序列的第二遍里关注的是当前 token 上一次出现位置的下一个 token"),
-    "mutant.layer_one_based": ("the layer is off by one: layers are counted from 0 (model.blocks[0] is the first), so "
-                               "return the index into model.blocks",
-                               "层号差了 1：层从 0 开始编号（model.blocks[0] 是第一层），请返回它在 model.blocks 中的下标"),
-    "mutant.one_based": ("layer and head are both off by one: count from 0, as model.blocks and the head axis of the "
-                         "attention weights do",
-                         "层号和头号都差了 1：要从 0 开始数，和 model.blocks 以及注意力权重里头的维度一样"),
-    "mutant.flat_index_unravelled": ("the (layer, head) pair comes from a flat index unravelled with the wrong size: "
-                                     "for a (n_layers, n_heads) score table use divmod(index, n_heads)",
-                                     "(layer, head) 是用错误的尺寸从一维下标还原出来的：对形状为 (n_layers, n_heads) "
-                                     "的分数表，应当用 divmod(index, n_heads)"),
-    "mutant.last_layer_assumed": ("the answer assumes the induction head is in the last layer: score every layer (a "
-                                  "layer may sit after it)",
-                                  "这个答案默认归纳头在最后一层：要给每一层都打分（它后面可能还有别的层）"),
-    "mutant.largest_weight_norm": ("the answer is the head with the largest weights: a weight norm says nothing about "
-                                   "what a head does (a silent head can have the largest weights); score what each "
-                                   "head attends to on repeated sequences, or ablate it",
-                                   "这个答案是权重最大的那个头：权重范数说明不了一个头在做什么（一个不起作用的头也可能"
-                                   "权重最大）；请在重复序列上给每个头的注意力模式打分，或者逐个消融"),
-    "mutant.checkpoint_metadata": ("the answer is the one the checkpoint recorded at training: the graded models' "
-                                   "heads were moved, so only what the heads of the model you are given do finds it",
-                                   "这个答案是训练时检查点里记下的那个头：被评分的模型的头已经被挪动过，只有看你拿到的"
-                                   "这个模型里各个头实际在做什么才能找到它"),
-    **case_titles({
-        "the trained checkpoint": "训练好的 checkpoint",
-        "heads permuted": "打乱各层中头的顺序",
-        "heads permuted, an inert layer in front": "打乱头的顺序，并在最前面插入一个不起作用的层",
-        "heads permuted, an inert layer between the two trained layers": "打乱头的顺序，并在两个训练好的层之间插入一个不起作用的层",
-        "heads permuted, an inert layer after the trained layers": "打乱头的顺序，并在训练好的层后面插入一个不起作用的层",
-        "heads permuted again": "再次打乱头的顺序",
-    }),
+    "capstone.contract": (
+        "contract: return a tuple (layer, head) of ints",
+        "接口约定：返回由整数组成的元组 (layer, head)",
+    ),
+    "capstone.not_a_function": (
+        "contract: {name} must be a function, got {type}",
+        "接口约定：{name} 必须是函数，你给的是 {type}",
+    ),
+    "capstone.wrong_head": (
+        "not the induction head, and no known mistake explains the answers: score every head of "
+        "every layer on repeated random tokens, as the notebook does",
+        "找到的不是归纳头，也没有哪种已知的常见错误能解释这些答案：像笔记本里那样，在重复的随机 "
+        "token 序列上给每一层的每个头打分",
+    ),
+    "mutant.previous_token_head": (
+        "that is the previous-token head (前一词元头), layer 0's stripe just below the "
+        "diagonal: the induction head (归纳头) attends from the second copy to the token "
+        "AFTER the earlier occurrence of the current token",
+        "这是前一词元头（previous-token head），也就是第 0 层紧贴对角线下方的那条斜线：归纳头"
+        "（induction head）在序列的第二遍里关注的是当前 token 上一次出现位置的下一个 token",
+    ),
+    "mutant.layer_one_based": (
+        "the layer is off by one: layers are counted from 0 (model.blocks[0] is the first), so "
+        "return the index into model.blocks",
+        "层号差了 1：层从 0 开始编号（model.blocks[0] 是第一层），请返回它在 model.blocks 中的下标",
+    ),
+    "mutant.one_based": (
+        "layer and head are both off by one: count from 0, as model.blocks and the head axis of the "
+        "attention weights do",
+        "层号和头号都差了 1：要从 0 开始数，和 model.blocks 以及注意力权重里头的维度一样",
+    ),
+    "mutant.flat_index_unravelled": (
+        "the (layer, head) pair comes from a flat index unravelled with the wrong size: "
+        "for a (n_layers, n_heads) score table use divmod(index, n_heads)",
+        "(layer, head) 是用错误的尺寸从一维下标还原出来的：对形状为 (n_layers, n_heads) "
+        "的分数表，应当用 divmod(index, n_heads)",
+    ),
+    "mutant.last_layer_assumed": (
+        "the answer assumes the induction head is in the last layer: score every layer (a layer may sit after it)",
+        "这个答案默认归纳头在最后一层：要给每一层都打分（它后面可能还有别的层）",
+    ),
+    "mutant.largest_weight_norm": (
+        "the answer is the head with the largest weights: a weight norm says nothing about "
+        "what a head does (a silent head can have the largest weights); score what each "
+        "head attends to on repeated sequences, or ablate it",
+        "这个答案是权重最大的那个头：权重范数说明不了一个头在做什么（一个不起作用的头也可能"
+        "权重最大）；请在重复序列上给每个头的注意力模式打分，或者逐个消融",
+    ),
+    "mutant.checkpoint_metadata": (
+        "the answer is the one the checkpoint recorded at training: the graded models' "
+        "heads were moved, so only what the heads of the model you are given do finds it",
+        "这个答案是训练时检查点里记下的那个头：被评分的模型的头已经被挪动过，只有看你拿到的"
+        "这个模型里各个头实际在做什么才能找到它",
+    ),
+    **case_titles(
+        {
+            "the trained checkpoint": "训练好的 checkpoint",
+            "heads permuted": "打乱各层中头的顺序",
+            "heads permuted, an inert layer in front": "打乱头的顺序，并在最前面插入一个不起作用的层",
+            "heads permuted, an inert layer between the two trained layers": "打乱头的顺序，并在两个训练好的层之间插入一个不起作用的层",
+            "heads permuted, an inert layer after the trained layers": "打乱头的顺序，并在训练好的层后面插入一个不起作用的层",
+            "heads permuted again": "再次打乱头的顺序",
+        }
+    ),
 }
 
 

@@ -37,20 +37,20 @@ from ..types import Case
 
 @dataclass(frozen=True)
 class MlaVariant:
-    cache: str = "latent"       # latent | up_projected | only_new
-    rope_on: str = "rope"       # rope | latent (rotate c_kv too) | nope (rotate the up-projected parts too) | none
-                                # | absorbed_query | absorbed_latents | absorbed_all: in absorbed steps only, the
-                                # absorbed query q_nope @ W_uk rotated (and c_kv for the scores; for the values too)
-    positions: str = "ok"       # ok | restart
-    absorb_uk: str = "ok"       # ok | transposed (W_uk read as (in, out)) | per_head_in_out | heads_minor
-    absorb_uv: str = "ok"       # | t_reshape (see ``_absorbed``), in absorbed steps
-    softmax_dim: int = -1       # -1 keys | -2 queries | 1 heads | 0 batch
+    cache: str = "latent"  # latent | up_projected | only_new
+    rope_on: str = "rope"  # rope | latent (rotate c_kv too) | nope (rotate the up-projected parts too) | none
+    # | absorbed_query | absorbed_latents | absorbed_all: in absorbed steps only, the
+    # absorbed query q_nope @ W_uk rotated (and c_kv for the scores; for the values too)
+    positions: str = "ok"  # ok | restart
+    absorb_uk: str = "ok"  # ok | transposed (W_uk read as (in, out)) | per_head_in_out | heads_minor
+    absorb_uv: str = "ok"  # | t_reshape (see ``_absorbed``), in absorbed steps
+    softmax_dim: int = -1  # -1 keys | -2 queries | 1 heads | 0 batch
     scale: str = "head_dim+rope"  # head_dim+rope | head_dim
-    mask: str = "ok"            # ok | top_left
-    rope_layout: str = "half"   # as RopeVariant.layout, for q_rope and k_rope
-    rope_exponent: str = "ok"   # as RopeVariant.exponent
-    own_cache: bool = False     # keeps its own cache and ignores the past_key_value it is handed
-    absorb: str = "ok"          # ok | ignored (absorb=True runs the explicit path: per-head K/V materialised)
+    mask: str = "ok"  # ok | top_left
+    rope_layout: str = "half"  # as RopeVariant.layout, for q_rope and k_rope
+    rope_exponent: str = "ok"  # as RopeVariant.exponent
+    own_cache: bool = False  # keeps its own cache and ignores the past_key_value it is handed
+    absorb: str = "ok"  # ok | ignored (absorb=True runs the explicit path: per-head K/V materialised)
 
     @property
     def builds_heads_when_absorbed(self) -> bool:
@@ -72,7 +72,6 @@ def _absorbed(weight, nh, hd, dc, how="ok"):
     return weight.view(nh, hd, dc)
 
 
-
 def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=False):
     """MLA with a (c_kv, k_rope) cache, explicit or absorbed; returns (out, present)."""
     nh, d_out, dc, r = cfg["num_heads"], cfg["d_out"], cfg["kv_latent_dim"], cfg["rope_dim"]
@@ -85,8 +84,11 @@ def mla_forward(p, x, cfg, v: MlaVariant, past=None, use_cache=False, absorb=Fal
     past_len = 0 if past is None else past[0].shape[2 if v.cache == "up_projected" else 1]
     start = 0 if v.positions == "restart" else past_len
     pos = torch.arange(start, start + n)
-    rot = ((lambda t, ps: t) if v.rope_on == "none" else
-           (lambda t, ps: rope(t, ps, 10000.0, layout=v.rope_layout, exponent=v.rope_exponent)))
+    rot = (
+        (lambda t, ps: t)
+        if v.rope_on == "none"
+        else (lambda t, ps: rope(t, ps, 10000.0, layout=v.rope_layout, exponent=v.rope_exponent))
+    )
     q_rope, k_rope = rot(q_rope, pos), rot(k_rope, pos)
     if v.rope_on == "latent":
         c_kv = rot(c_kv, pos)
@@ -142,9 +144,15 @@ def mla_param_shapes(cfg) -> dict:
     """name -> shape of every parameter of MLA (nn.Linear weights are (out, in))."""
     d_in, d_out = cfg["d_in"], cfg["d_out"]
     nh, dc, r = cfg["num_heads"], cfg["kv_latent_dim"], cfg["rope_dim"]
-    return {"W_query.weight": (nh * (d_out // nh + r), d_in), "W_dkv.weight": (dc, d_in),
-            "W_kr.weight": (r, d_in), "W_uk.weight": (d_out, dc), "W_uv.weight": (d_out, dc),
-            "out_proj.weight": (d_out, d_out), "out_proj.bias": (d_out,)}
+    return {
+        "W_query.weight": (nh * (d_out // nh + r), d_in),
+        "W_dkv.weight": (dc, d_in),
+        "W_kr.weight": (r, d_in),
+        "W_uk.weight": (d_out, dc),
+        "W_uv.weight": (d_out, dc),
+        "out_proj.weight": (d_out, d_out),
+        "out_proj.bias": (d_out,),
+    }
 
 
 def _case(name, g, x_shape, steps, **ctor):
@@ -265,115 +273,148 @@ M_MLA_ABSORB_IGNORED = Mistake("mla_absorb_ignored")
 def mutants() -> list:
     """Known-wrong variants, most specific first."""
     ok = MlaVariant()
-    return [
-        mutant(M_MLA_ABSORB_IGNORED, replace(ok, absorb="ignored")),
-        mutant(M_MLA_UP, replace(ok, cache="up_projected")),
-        mutant(M_MLA_ROPE_LATENT, replace(ok, rope_on="latent")),
-        mutant(M_MLA_ROPE_NOPE, replace(ok, rope_on="nope")),
-        mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed")),
-        mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uv="transposed")),
-        mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed", absorb_uv="transposed")),
-        mutant(M_MLA_SCALE, replace(ok, scale="head_dim")),
-        mutant(M_MLA_NO_ROPE, replace(ok, rope_on="none")),
-        mutant(M_ROPE_RESTART, replace(ok, positions="restart")),
-        mutant(M_ONLY_NEW_LATENT, replace(ok, cache="only_new")),
-        mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
-        mutant(M_TOP_LEFT_CHUNK, replace(ok, mask="top_left")),
-    ] + [  # the absorbed weights split into heads the wrong way, in W_uk, W_uv or both
-        mutant(key, replace(ok, **{w: how for w in which}), paired=False)
-        for key, how in ((M_MLA_PER_HEAD_IN_OUT, "per_head_in_out"), (M_MLA_HEADS_MINOR, "heads_minor"),
-                         (M_MLA_T_RESHAPE, "t_reshape"))
-        for which in (("absorb_uk",), ("absorb_uv",), ("absorb_uk", "absorb_uv"))
-    ] + [
-        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_latents"), paired=False),
-        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_all"), paired=False),
-        mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_query"), paired=False),
-        mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="shifted"), paired=False),
-        mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="odd"), paired=False),
-        mutant(M_ROPE_NO_TWO, replace(ok, rope_exponent="no_two"), paired=False),
-        mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, rope_layout="half_angles_pairs"), paired=False),
-        mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, rope_layout="pair_angles_half"), paired=False),
-    ] + softmax_axis_mutants(ok)
+    return (
+        [
+            mutant(M_MLA_ABSORB_IGNORED, replace(ok, absorb="ignored")),
+            mutant(M_MLA_UP, replace(ok, cache="up_projected")),
+            mutant(M_MLA_ROPE_LATENT, replace(ok, rope_on="latent")),
+            mutant(M_MLA_ROPE_NOPE, replace(ok, rope_on="nope")),
+            mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed")),
+            mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uv="transposed")),
+            mutant(M_MLA_TRANSPOSE, replace(ok, absorb_uk="transposed", absorb_uv="transposed")),
+            mutant(M_MLA_SCALE, replace(ok, scale="head_dim")),
+            mutant(M_MLA_NO_ROPE, replace(ok, rope_on="none")),
+            mutant(M_ROPE_RESTART, replace(ok, positions="restart")),
+            mutant(M_ONLY_NEW_LATENT, replace(ok, cache="only_new")),
+            mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
+            mutant(M_TOP_LEFT_CHUNK, replace(ok, mask="top_left")),
+        ]
+        + [  # the absorbed weights split into heads the wrong way, in W_uk, W_uv or both
+            mutant(key, replace(ok, **{w: how for w in which}), paired=False)
+            for key, how in (
+                (M_MLA_PER_HEAD_IN_OUT, "per_head_in_out"),
+                (M_MLA_HEADS_MINOR, "heads_minor"),
+                (M_MLA_T_RESHAPE, "t_reshape"),
+            )
+            for which in (("absorb_uk",), ("absorb_uv",), ("absorb_uk", "absorb_uv"))
+        ]
+        + [
+            mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_latents"), paired=False),
+            mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_all"), paired=False),
+            mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_query"), paired=False),
+            mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="shifted"), paired=False),
+            mutant(M_ROPE_EXPONENT, replace(ok, rope_exponent="odd"), paired=False),
+            mutant(M_ROPE_NO_TWO, replace(ok, rope_exponent="no_two"), paired=False),
+            mutant(M_ROPE_HALF_ON_PAIRS, replace(ok, rope_layout="half_angles_pairs"), paired=False),
+            mutant(M_ROPE_PAIRS_ON_HALF, replace(ok, rope_layout="pair_angles_half"), paired=False),
+        ]
+        + softmax_axis_mutants(ok)
+    )
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "mutant.mla_absorb_per_head_in_out": ("W_uk/W_uv split into heads as view(num_heads, kv_latent_dim, head_dim): "
-                                          "nn.Linear stores the weight as (out = num_heads * head_dim, in = "
-                                          "kv_latent_dim), so head h's block is weight.view(num_heads, head_dim, "
-                                          "kv_latent_dim)[h]",
-                                          "W_uk/W_uv 按 view(num_heads, kv_latent_dim, head_dim) 拆成了各个头："
-                                          "nn.Linear 把权重存成 (out = num_heads * head_dim, in = kv_latent_dim)，"
-                                          "所以头 h 的那一块是 weight.view(num_heads, head_dim, kv_latent_dim)[h]"),
-    "mutant.mla_absorb_heads_minor": ("W_uk/W_uv split into heads as view(head_dim, num_heads, kv_latent_dim): head h "
-                                      "owns the head_dim consecutive rows from h * head_dim, so its block is "
-                                      "weight.view(num_heads, head_dim, kv_latent_dim)[h]",
-                                      "W_uk/W_uv 按 view(head_dim, num_heads, kv_latent_dim) 拆成了各个头：头 h 占的是"
-                                      "从第 h * head_dim 行起连续的 head_dim 行，所以它那一块是 weight.view(num_heads, "
-                                      "head_dim, kv_latent_dim)[h]"),
-    "mutant.mla_absorb_t_reshape": ("W_uk/W_uv transposed, then reshaped (weight.T.reshape(num_heads, head_dim, "
-                                    "kv_latent_dim)): a reshape after a transpose reorders the numbers; split first, "
-                                    "weight.view(num_heads, head_dim, kv_latent_dim), then transpose the last two "
-                                    "axes where you need (kv_latent_dim, head_dim)",
-                                    "W_uk/W_uv 先转置再 reshape（weight.T.reshape(num_heads, head_dim, "
-                                    "kv_latent_dim)）：转置之后再 reshape 会把数的顺序打乱；应当先拆头，"
-                                    "weight.view(num_heads, head_dim, kv_latent_dim)，需要 (kv_latent_dim, head_dim) "
-                                    "时再转置最后两维"),
-    "mutant.mla_rope_on_absorbed_latents": ("RoPE rotated into the absorbed latents: with absorb=True only q_rope and "
-                                            "k_rope rotate, as without; rotating q_nope @ W_uk (or c_kv) in the "
-                                            "latent space changes the scores, and absorb=True must give the same "
-                                            "output as absorb=False",
-                                            "在矩阵吸收后的潜在空间里也做了 RoPE：absorb=True 时和不吸收时一样，只旋转 "
-                                            "q_rope 和 k_rope；在潜在空间里旋转 q_nope @ W_uk（或 c_kv）会改变注意力"
-                                            "分数，而 absorb=True 的输出必须和 absorb=False 的相同"),
-    "mutant.mla_absorb_ignored": ("absorb=True runs the explicit path: per-head keys or values of every cached "
-                                  "token are built (W_uk(c_kv) or W_uv(c_kv)); absorbed, the query becomes q_h @ "
-                                  "W_uk_h and attends to c_kv directly, and the weights times c_kv go through W_uv_h "
-                                  "afterwards",
-                                  "absorb=True 时走的仍是显式路径：为每个缓存的 token 构造了每个头的键或值"
-                                  "（W_uk(c_kv) 或 W_uv(c_kv)）；矩阵吸收时，查询变成 q_h @ W_uk_h，直接对 c_kv "
-                                  "做注意力，注意力权重乘 c_kv 之后再经过 W_uv_h"),
-    "mutant.mla_cache_up_projected": ("the cache holds up-projected per-head keys/values: MLA caches only the latent "
-                                      "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)",
-                                      "缓存里存的是上投影后每个头的键/值：MLA 只缓存潜在向量 c_kv (b, n, kv_latent_dim) "
-                                      "和各头共享、已旋转的 k_rope (b, n, rope_dim)"),
-    "mutant.mla_rope_on_compressed_key": ("RoPE applied to the compressed latent c_kv: rotate only the decoupled "
-                                          "q_rope and k_rope; c_kv stays position-free so that W_uk can be absorbed",
-                                          "对压缩后的潜在向量 c_kv 做了 RoPE：只应旋转解耦出来的 q_rope 和 k_rope；c_kv "
-                                          "不能带位置信息，W_uk 才能被矩阵吸收"),
-    "mutant.mla_rope_on_nope": ("RoPE applied to the up-projected (nope) queries/keys: only the rope_dim parts rotate",
-                                "对上投影得到的（nope）查询/键也做了 RoPE：只有 rope_dim 那部分需要旋转"),
-    "mutant.mla_absorb_wrong_transpose": ("absorbed with the wrong transpose: nn.Linear stores W_uk and W_uv as (out = "
-                                          "num_heads * head_dim, in = kv_latent_dim), so head h's block is "
-                                          "weight.view(num_heads, head_dim, kv_latent_dim)[h], and the absorbed query "
-                                          "is q_h @ W_uk_h",
-                                          "矩阵吸收时转置错了：nn.Linear 把 W_uk 和 W_uv 存成 (out = num_heads * "
-                                          "head_dim, in = kv_latent_dim)，所以头 h 的那一块是 weight.view(num_heads, "
-                                          "head_dim, kv_latent_dim)[h]，吸收后的查询是 q_h @ W_uk_h"),
-    "mutant.mla_scale_without_rope": ("scores scaled by 1/sqrt(head_dim): a head's query and key have head_dim + "
-                                      "rope_dim features, scale by 1/sqrt(head_dim + rope_dim)",
-                                      "注意力分数乘的是 1/sqrt(head_dim)：每个头的查询和键有 head_dim + rope_dim 个特征，"
-                                      "应当乘以 1/sqrt(head_dim + rope_dim)"),
-    "mutant.rope_missing_mla": ("no rotation: apply RoPE to q_rope and k_rope", "没有做旋转：要对 q_rope 和 k_rope 应用 RoPE"),
-    "mutant.cache_only_new_mla": ("present holds only the new tokens: return the concatenated past + new c_kv and "
-                                  "k_rope",
-                                  "present 里只有新 token 的部分：应当返回过去与新 token 拼接后的 c_kv 和 k_rope"),
-    **case_titles({
-        "2 heads of 4, d_in=6, latent 6, rope_dim 2: a chunk of 3 explicit, then 2 and 1 absorbed, then all 6 without "
-        "the cache": "2 个头，每个宽 4，d_in=6，潜在维度 6，rope_dim 2：先显式计算 3 个 token，再用矩阵吸收依次算 2 个和 "
-                     "1 个，最后不带缓存算全部 6 个",
-        "3 heads of 2, d_in=10 > d_out=6, latent 4, rope_dim 4: a prompt of 2 absorbed, then one token at a time, "
-        "explicit then absorbed": "3 个头，每个宽 2，d_in=10 > d_out=6，潜在维度 4，rope_dim 4：先用矩阵吸收算 2 个 token "
-                                  "的提示，再一次一个 token，先显式、后吸收",
-        "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache":
-            "4 个头，每个宽 4，d_in=8，潜在维度 10，rope_dim 2：用矩阵吸收算 5 个 token，不带缓存",
-        "a past_key_value the module did not produce (5 tokens of another prompt), then 2 new tokens explicit and 1 "
-        "absorbed": "一个不是由该模块产生的 past_key_value（另一段提示的 5 个 token），再显式计算 2 个新 token，"
-                    "然后用矩阵吸收算 1 个",
-        "8 heads of 8, latent 4, rope_dim 2: one token at a time absorbed, after a given past of 40 tokens (the "
-        "absorbed path builds no per-head keys or values)": "8 个头，每个宽 8，潜在维度 4，rope_dim 2：在给定的 40 个 "
-                                                            "token 的 past 之后，用矩阵吸收一次算一个 token（吸收路径"
-                                                            "不构造每个头的键或值）",
-    }),
+    "mutant.mla_absorb_per_head_in_out": (
+        "W_uk/W_uv split into heads as view(num_heads, kv_latent_dim, head_dim): "
+        "nn.Linear stores the weight as (out = num_heads * head_dim, in = "
+        "kv_latent_dim), so head h's block is weight.view(num_heads, head_dim, "
+        "kv_latent_dim)[h]",
+        "W_uk/W_uv 按 view(num_heads, kv_latent_dim, head_dim) 拆成了各个头："
+        "nn.Linear 把权重存成 (out = num_heads * head_dim, in = kv_latent_dim)，"
+        "所以头 h 的那一块是 weight.view(num_heads, head_dim, kv_latent_dim)[h]",
+    ),
+    "mutant.mla_absorb_heads_minor": (
+        "W_uk/W_uv split into heads as view(head_dim, num_heads, kv_latent_dim): head h "
+        "owns the head_dim consecutive rows from h * head_dim, so its block is "
+        "weight.view(num_heads, head_dim, kv_latent_dim)[h]",
+        "W_uk/W_uv 按 view(head_dim, num_heads, kv_latent_dim) 拆成了各个头：头 h 占的是"
+        "从第 h * head_dim 行起连续的 head_dim 行，所以它那一块是 weight.view(num_heads, "
+        "head_dim, kv_latent_dim)[h]",
+    ),
+    "mutant.mla_absorb_t_reshape": (
+        "W_uk/W_uv transposed, then reshaped (weight.T.reshape(num_heads, head_dim, "
+        "kv_latent_dim)): a reshape after a transpose reorders the numbers; split first, "
+        "weight.view(num_heads, head_dim, kv_latent_dim), then transpose the last two "
+        "axes where you need (kv_latent_dim, head_dim)",
+        "W_uk/W_uv 先转置再 reshape（weight.T.reshape(num_heads, head_dim, "
+        "kv_latent_dim)）：转置之后再 reshape 会把数的顺序打乱；应当先拆头，"
+        "weight.view(num_heads, head_dim, kv_latent_dim)，需要 (kv_latent_dim, head_dim) "
+        "时再转置最后两维",
+    ),
+    "mutant.mla_rope_on_absorbed_latents": (
+        "RoPE rotated into the absorbed latents: with absorb=True only q_rope and "
+        "k_rope rotate, as without; rotating q_nope @ W_uk (or c_kv) in the "
+        "latent space changes the scores, and absorb=True must give the same "
+        "output as absorb=False",
+        "在矩阵吸收后的潜在空间里也做了 RoPE：absorb=True 时和不吸收时一样，只旋转 "
+        "q_rope 和 k_rope；在潜在空间里旋转 q_nope @ W_uk（或 c_kv）会改变注意力"
+        "分数，而 absorb=True 的输出必须和 absorb=False 的相同",
+    ),
+    "mutant.mla_absorb_ignored": (
+        "absorb=True runs the explicit path: per-head keys or values of every cached "
+        "token are built (W_uk(c_kv) or W_uv(c_kv)); absorbed, the query becomes q_h @ "
+        "W_uk_h and attends to c_kv directly, and the weights times c_kv go through W_uv_h "
+        "afterwards",
+        "absorb=True 时走的仍是显式路径：为每个缓存的 token 构造了每个头的键或值"
+        "（W_uk(c_kv) 或 W_uv(c_kv)）；矩阵吸收时，查询变成 q_h @ W_uk_h，直接对 c_kv "
+        "做注意力，注意力权重乘 c_kv 之后再经过 W_uv_h",
+    ),
+    "mutant.mla_cache_up_projected": (
+        "the cache holds up-projected per-head keys/values: MLA caches only the latent "
+        "c_kv (b, n, kv_latent_dim) and the shared rotated k_rope (b, n, rope_dim)",
+        "缓存里存的是上投影后每个头的键/值：MLA 只缓存潜在向量 c_kv (b, n, kv_latent_dim) "
+        "和各头共享、已旋转的 k_rope (b, n, rope_dim)",
+    ),
+    "mutant.mla_rope_on_compressed_key": (
+        "RoPE applied to the compressed latent c_kv: rotate only the decoupled "
+        "q_rope and k_rope; c_kv stays position-free so that W_uk can be absorbed",
+        "对压缩后的潜在向量 c_kv 做了 RoPE：只应旋转解耦出来的 q_rope 和 k_rope；c_kv "
+        "不能带位置信息，W_uk 才能被矩阵吸收",
+    ),
+    "mutant.mla_rope_on_nope": (
+        "RoPE applied to the up-projected (nope) queries/keys: only the rope_dim parts rotate",
+        "对上投影得到的（nope）查询/键也做了 RoPE：只有 rope_dim 那部分需要旋转",
+    ),
+    "mutant.mla_absorb_wrong_transpose": (
+        "absorbed with the wrong transpose: nn.Linear stores W_uk and W_uv as (out = "
+        "num_heads * head_dim, in = kv_latent_dim), so head h's block is "
+        "weight.view(num_heads, head_dim, kv_latent_dim)[h], and the absorbed query "
+        "is q_h @ W_uk_h",
+        "矩阵吸收时转置错了：nn.Linear 把 W_uk 和 W_uv 存成 (out = num_heads * "
+        "head_dim, in = kv_latent_dim)，所以头 h 的那一块是 weight.view(num_heads, "
+        "head_dim, kv_latent_dim)[h]，吸收后的查询是 q_h @ W_uk_h",
+    ),
+    "mutant.mla_scale_without_rope": (
+        "scores scaled by 1/sqrt(head_dim): a head's query and key have head_dim + "
+        "rope_dim features, scale by 1/sqrt(head_dim + rope_dim)",
+        "注意力分数乘的是 1/sqrt(head_dim)：每个头的查询和键有 head_dim + rope_dim 个特征，"
+        "应当乘以 1/sqrt(head_dim + rope_dim)",
+    ),
+    "mutant.rope_missing_mla": (
+        "no rotation: apply RoPE to q_rope and k_rope",
+        "没有做旋转：要对 q_rope 和 k_rope 应用 RoPE",
+    ),
+    "mutant.cache_only_new_mla": (
+        "present holds only the new tokens: return the concatenated past + new c_kv and k_rope",
+        "present 里只有新 token 的部分：应当返回过去与新 token 拼接后的 c_kv 和 k_rope",
+    ),
+    **case_titles(
+        {
+            "2 heads of 4, d_in=6, latent 6, rope_dim 2: a chunk of 3 explicit, then 2 and 1 absorbed, then all 6 without "
+            "the cache": "2 个头，每个宽 4，d_in=6，潜在维度 6，rope_dim 2：先显式计算 3 个 token，再用矩阵吸收依次算 2 个和 "
+            "1 个，最后不带缓存算全部 6 个",
+            "3 heads of 2, d_in=10 > d_out=6, latent 4, rope_dim 4: a prompt of 2 absorbed, then one token at a time, "
+            "explicit then absorbed": "3 个头，每个宽 2，d_in=10 > d_out=6，潜在维度 4，rope_dim 4：先用矩阵吸收算 2 个 token "
+            "的提示，再一次一个 token，先显式、后吸收",
+            "4 heads of 4, d_in=8, latent 10, rope_dim 2: 5 tokens absorbed, no cache": "4 个头，每个宽 4，d_in=8，潜在维度 10，rope_dim 2：用矩阵吸收算 5 个 token，不带缓存",
+            "a past_key_value the module did not produce (5 tokens of another prompt), then 2 new tokens explicit and 1 "
+            "absorbed": "一个不是由该模块产生的 past_key_value（另一段提示的 5 个 token），再显式计算 2 个新 token，"
+            "然后用矩阵吸收算 1 个",
+            "8 heads of 8, latent 4, rope_dim 2: one token at a time absorbed, after a given past of 40 tokens (the "
+            "absorbed path builds no per-head keys or values)": "8 个头，每个宽 8，潜在维度 4，rope_dim 2：在给定的 40 个 "
+            "token 的 past 之后，用矩阵吸收一次算一个 token（吸收路径"
+            "不构造每个头的键或值）",
+        }
+    ),
 }
 
 

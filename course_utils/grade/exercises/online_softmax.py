@@ -18,17 +18,17 @@ from ..types import Call, Case
 
 @dataclass(frozen=True)
 class OnlineVariant:
-    update_max: bool = True     # False: m = m_new forgotten
-    lse_from: str = "m"         # m | m_new (with update_max False) | none (lse = log(l))
-    subtract_max: bool = True   # False: exp of the raw scores (overflows)
+    update_max: bool = True  # False: m = m_new forgotten
+    lse_from: str = "m"  # m | m_new (with update_max False) | none (lse = log(l))
+    subtract_max: bool = True  # False: exp of the raw scores (overflows)
     rescale_out: bool = True
     rescale_sum: bool = True
-    divide: str = "end"         # end | tile (divide each tile's p @ v by the running sum) | running (acc /= l)
-    causal_skip: str = "ok"     # ok | diagonal (diagonal tile skipped too)
-    fully_masked: str = "nan"   # what a row with no key gives in a buggy variant: nan | zero
+    divide: str = "end"  # end | tile (divide each tile's p @ v by the running sum) | running (acc /= l)
+    causal_skip: str = "ok"  # ok | diagonal (diagonal tile skipped too)
+    fully_masked: str = "nan"  # what a row with no key gives in a buggy variant: nan | zero
     diagonal_mask: bool = True  # False: the diagonal tile is computed without its mask
     scale: bool = True
-    materialise: bool = False   # the full score matrix is built (outputs right, "tiled" wrong)
+    materialise: bool = False  # the full score matrix is built (outputs right, "tiled" wrong)
 
 
 def online_forward(q, k, v, block_size, causal, var: OnlineVariant):
@@ -83,7 +83,6 @@ def online_forward(q, k, v, block_size, causal, var: OnlineVariant):
     return {"out": out, "lse": lse}
 
 
-
 # ---------------------------------------------------------------------------------------------
 # cases
 
@@ -102,8 +101,14 @@ def function_case(name, g, shape_q, shape_k, block_size, causal, scale=1.0, chec
     # with NumPy or in another thread count too
     peak_bound = b * h * block_size * n_k * 4 // 2 if peak else None
     call = Call(q, seed=draw_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound, peak_bound=peak_bound)
-    return Case(name, {"block_size": block_size, "causal": causal}, {}, [call], kind="function",
-                meta={"tile_bound": tile_bound, **({"tol": (2e-3, 2e-4)} if scale != 1.0 else {})})
+    return Case(
+        name,
+        {"block_size": block_size, "causal": causal},
+        {},
+        [call],
+        kind="function",
+        meta={"tile_bound": tile_bound, **({"tol": (2e-3, 2e-4)} if scale != 1.0 else {})},
+    )
 
 
 def cases(g) -> list[Case]:
@@ -161,7 +166,6 @@ def expected(case: Case, v: OnlineVariant) -> dict:
         return outs
 
 
-
 M_MAX_STALE = Mistake("max_not_updated")
 M_NO_MAX = Mistake("no_running_max")
 M_OUT_NOT_RESCALED = Mistake("output_not_rescaled")
@@ -195,51 +199,65 @@ def mutants() -> list:
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "mutant.max_not_updated": ("the running maximum is never updated (m = m_new is missing): each new tile rescales "
-                               "everything before it by exp(-inf) = 0, so only the last tile counts",
-                               "运行最大值从未更新（缺了 m = m_new）：每个新分块都会把之前的结果乘以 exp(-inf) = 0，"
-                               "最后只剩最后一个分块的贡献"),
-    "mutant.no_running_max": ("exp of the raw scores: without subtracting the running maximum exp overflows to inf "
-                              "(scores in the hundreds give NaN); use p = exp(s - m_new)",
-                              "直接对原始分数取了 exp：不减去运行最大值，exp 会溢出成 inf（分数上百时得到 NaN）；请用 "
-                              "p = exp(s - m_new)"),
-    "mutant.output_not_rescaled": ("the partial output is not rescaled when the maximum grows: acc = exp(m - m_new) * "
-                                   "acc + p @ v",
-                                   "最大值变大时没有重新缩放已经累加的输出：acc = exp(m - m_new) * acc + p @ v"),
-    "mutant.sum_not_rescaled": ("the running sum is not rescaled when the maximum grows: l = exp(m - m_new) * l + "
-                                "p.sum(-1)",
-                                "最大值变大时没有重新缩放累加和：l = exp(m - m_new) * l + p.sum(-1)"),
-    "mutant.divided_too_early": ("divided by the sum inside the loop: keep acc unnormalised and divide by l once, "
-                                 "after the last tile",
-                                 "在循环里就除以了和：acc 应当保持未归一化，等最后一个分块算完再除以 l，只除一次"),
-    "mutant.causal_blocks_skipped_wrongly": ("causal tiles skipped wrongly: the tile on the diagonal must be computed "
-                                             "(with its mask); skip only key tiles that start after the block's last "
-                                             "query",
-                                             "因果分块跳错了：对角线上的分块必须计算（并加上掩码）；只有起点在该块最后一个"
-                                             "查询之后的键分块才能跳过"),
-    "mutant.causal_tile_not_masked": ("the diagonal tile is computed without the causal mask: inside a tile crossing "
-                                      "the diagonal, hide key j from query i when j > i",
-                                      "对角线上的分块没有加因果掩码：在跨过对角线的分块里，当 j > i 时要对查询 i 遮住键 j"),
-    "mutant.lse_without_max": ("the log-sum-exp lacks the maximum: lse = m + log(l)",
-                               "log-sum-exp（LSE）少加了最大值：lse = m + log(l)"),
-    "mutant.no_scale_online": ("scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)",
-                               "注意力分数没有缩放：要把 q @ k^T 乘以 1/sqrt(head_dim)"),
-    "mutant.scores_materialised": ("the outputs are right, but the full (n_q, n_k) score matrix, or a (block, n_k) "
-                                   "strip of it with a plain softmax, is built: compute one (block, block) tile of "
-                                   "scores at a time, with the running max and sum",
-                                   "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵，或用普通 softmax 算了"
-                                   "其中一整条 (block, n_k) 的行带：应当一次只算一个 (block, block) 的分数分块，"
-                                   "配合运行中的最大值和和"),
-    **case_titles({
-        "not causal, 5 queries x 11 keys, 2 heads, batch 2, block 4 (does not divide 11)":
-            "非因果，5 个查询 × 11 个键，2 个头，batch 2，block 4（不能整除 11）",
-        "causal, 13 tokens, 3 heads, batch 2, block 4": "因果，13 个 token，3 个头，batch 2，block 4",
-        "causal, 24 tokens, 2 heads, block 5, scores in the hundreds (exp overflows without the running max)":
-            "因果，24 个 token，2 个头，block 5，分数上百（不减运行最大值时 exp 会溢出）",
-        "not causal, 16 queries x 16 keys, one block of 32": "非因果，16 个查询 × 16 个键，只有一个大小为 32 的 block",
-        "not causal, 256 queries x 32768 keys, head_dim 8, block 128 (the process's peak memory is measured)":
-            "非因果，256 个查询 × 32768 个键，head_dim 8，block 128（测量进程的内存峰值）",
-    }),
+    "mutant.max_not_updated": (
+        "the running maximum is never updated (m = m_new is missing): each new tile rescales "
+        "everything before it by exp(-inf) = 0, so only the last tile counts",
+        "运行最大值从未更新（缺了 m = m_new）：每个新分块都会把之前的结果乘以 exp(-inf) = 0，"
+        "最后只剩最后一个分块的贡献",
+    ),
+    "mutant.no_running_max": (
+        "exp of the raw scores: without subtracting the running maximum exp overflows to inf "
+        "(scores in the hundreds give NaN); use p = exp(s - m_new)",
+        "直接对原始分数取了 exp：不减去运行最大值，exp 会溢出成 inf（分数上百时得到 NaN）；请用 p = exp(s - m_new)",
+    ),
+    "mutant.output_not_rescaled": (
+        "the partial output is not rescaled when the maximum grows: acc = exp(m - m_new) * acc + p @ v",
+        "最大值变大时没有重新缩放已经累加的输出：acc = exp(m - m_new) * acc + p @ v",
+    ),
+    "mutant.sum_not_rescaled": (
+        "the running sum is not rescaled when the maximum grows: l = exp(m - m_new) * l + p.sum(-1)",
+        "最大值变大时没有重新缩放累加和：l = exp(m - m_new) * l + p.sum(-1)",
+    ),
+    "mutant.divided_too_early": (
+        "divided by the sum inside the loop: keep acc unnormalised and divide by l once, after the last tile",
+        "在循环里就除以了和：acc 应当保持未归一化，等最后一个分块算完再除以 l，只除一次",
+    ),
+    "mutant.causal_blocks_skipped_wrongly": (
+        "causal tiles skipped wrongly: the tile on the diagonal must be computed "
+        "(with its mask); skip only key tiles that start after the block's last "
+        "query",
+        "因果分块跳错了：对角线上的分块必须计算（并加上掩码）；只有起点在该块最后一个查询之后的键分块才能跳过",
+    ),
+    "mutant.causal_tile_not_masked": (
+        "the diagonal tile is computed without the causal mask: inside a tile crossing "
+        "the diagonal, hide key j from query i when j > i",
+        "对角线上的分块没有加因果掩码：在跨过对角线的分块里，当 j > i 时要对查询 i 遮住键 j",
+    ),
+    "mutant.lse_without_max": (
+        "the log-sum-exp lacks the maximum: lse = m + log(l)",
+        "log-sum-exp（LSE）少加了最大值：lse = m + log(l)",
+    ),
+    "mutant.no_scale_online": (
+        "scores are not scaled: multiply q @ k^T by 1/sqrt(head_dim)",
+        "注意力分数没有缩放：要把 q @ k^T 乘以 1/sqrt(head_dim)",
+    ),
+    "mutant.scores_materialised": (
+        "the outputs are right, but the full (n_q, n_k) score matrix, or a (block, n_k) "
+        "strip of it with a plain softmax, is built: compute one (block, block) tile of "
+        "scores at a time, with the running max and sum",
+        "输出是对的，但构造了完整的 (n_q, n_k) 分数矩阵，或用普通 softmax 算了"
+        "其中一整条 (block, n_k) 的行带：应当一次只算一个 (block, block) 的分数分块，"
+        "配合运行中的最大值和和",
+    ),
+    **case_titles(
+        {
+            "not causal, 5 queries x 11 keys, 2 heads, batch 2, block 4 (does not divide 11)": "非因果，5 个查询 × 11 个键，2 个头，batch 2，block 4（不能整除 11）",
+            "causal, 13 tokens, 3 heads, batch 2, block 4": "因果，13 个 token，3 个头，batch 2，block 4",
+            "causal, 24 tokens, 2 heads, block 5, scores in the hundreds (exp overflows without the running max)": "因果，24 个 token，2 个头，block 5，分数上百（不减运行最大值时 exp 会溢出）",
+            "not causal, 16 queries x 16 keys, one block of 32": "非因果，16 个查询 × 16 个键，只有一个大小为 32 的 block",
+            "not causal, 256 queries x 32768 keys, head_dim 8, block 128 (the process's peak memory is measured)": "非因果，256 个查询 × 32768 个键，head_dim 8，block 128（测量进程的内存峰值）",
+        }
+    ),
 }
 
 

@@ -25,12 +25,12 @@ from .online_softmax import M_NO_SCALE
 
 @dataclass(frozen=True)
 class PagedVariant:
-    slot: str = "ok"          # ok | no_block_size (block + offset) | contiguous (first block * bs + position)
-    copy: str = "ok"          # ok | none (a shared block written in place) | empty (a fresh block, nothing copied)
+    slot: str = "ok"  # ok | no_block_size (block + offset) | contiguous (first block * bs + position)
+    copy: str = "ok"  # ok | none (a shared block written in place) | empty (a fresh block, nothing copied)
     order: str = "write_all"  # write_all | interleaved (write b, read b): tells only with copy="none"
-    new_token: bool = True    # False: the new token is written but not attended
-    merge: str = "ok"         # ok | mean | sum | no_max | not_normalised
-    merged_lse: str = "ok"    # ok | max (the largest partial lse, without log(sum of weights))
+    new_token: bool = True  # False: the new token is written but not attended
+    merge: str = "ok"  # ok | mean | sum | no_max | not_normalised
+    merged_lse: str = "ok"  # ok | max (the largest partial lse, without log(sum of weights))
     scale: bool = True
 
 
@@ -49,14 +49,20 @@ M_MERGE_LSE = Mistake("merge_wrong_lse")
 # ---------------------------------------------------------------------------------------------
 # the reference computation, with the variant's mistakes
 
+
 def _merge(outs, lses, v: PagedVariant):
     """outs (S, H, d), lses (S, H) -> (out (H, d), lse (H,))."""
     m = lses.amax(dim=0)
     w = torch.exp(lses) if v.merge == "no_max" else torch.exp(lses - m)
     total = w.sum(dim=0)
     weighted = (w[..., None] * outs).sum(dim=0)
-    out = {"ok": weighted / total[..., None], "no_max": weighted / total[..., None], "mean": outs.mean(dim=0),
-           "sum": outs.sum(dim=0), "not_normalised": weighted}[v.merge]
+    out = {
+        "ok": weighted / total[..., None],
+        "no_max": weighted / total[..., None],
+        "mean": outs.mean(dim=0),
+        "sum": outs.sum(dim=0),
+        "not_normalised": weighted,
+    }[v.merge]
     lse = torch.log(total) if v.merge == "no_max" else m + torch.log(total)
     return out, (m if v.merged_lse == "max" else lse)
 
@@ -96,11 +102,11 @@ def paged_forward(args, v: PagedVariant):
         chunk = -(-n // num_splits)
         outs, lses = [], []
         for start in range(0, n, chunk):
-            s = scores[:, start:start + chunk]
+            s = scores[:, start : start + chunk]
             m = s.amax(dim=-1)
             p = torch.exp(s - m[:, None])
             total = p.sum(dim=-1)
-            outs.append((p[:, None, :] @ values[:, start:start + chunk])[:, 0] / total[:, None])
+            outs.append((p[:, None, :] @ values[:, start : start + chunk])[:, 0] / total[:, None])
             lses.append(m + torch.log(total))
         return _merge(torch.stack(outs), torch.stack(lses), v)
 
@@ -119,8 +125,8 @@ def paged_forward(args, v: PagedVariant):
 # ---------------------------------------------------------------------------------------------
 # cases
 
-def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_dim=8, scale=1.0,
-               reverse=False):
+
+def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_dim=8, scale=1.0, reverse=False):
     """``seqs``: (cached tokens, labels of its blocks) per sequence; a label shared by two sequences is one block
     in the pool. The labels get physical blocks at random (or from the top of the pool down, ``reverse``); every
     slot of every used block holds random data (past a sequence's length: another sequence's tokens or stale
@@ -128,12 +134,12 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     labels = list(dict.fromkeys(label for _, seq_labels in seqs for label in seq_labels))
     num_blocks = len(labels) + len(seqs) + spare  # room for a new block or a copy per sequence
     order = list(range(num_blocks))[::-1] if reverse else torch.randperm(num_blocks, generator=g).tolist()
-    physical = dict(zip(labels, order[:len(labels)], strict=True))
+    physical = dict(zip(labels, order[: len(labels)], strict=True))
     width = max(-(-(n + 1) // block_size) for n, _ in seqs)
     tables = torch.full((len(seqs), width), -1, dtype=torch.long)
     for b, (n, seq_labels) in enumerate(seqs):
         assert len(seq_labels) == -(-n // block_size), (name, b)
-        tables[b, :len(seq_labels)] = torch.tensor([physical[label] for label in seq_labels])
+        tables[b, : len(seq_labels)] = torch.tensor([physical[label] for label in seq_labels])
     shape = (num_blocks, block_size, heads, head_dim)
     key_pool, value_pool = torch.randn(shape, generator=g) * scale, torch.randn(shape, generator=g)
     free = [block for block in range(num_blocks) if block not in physical.values()]
@@ -145,23 +151,56 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     seq_lens = torch.tensor([n for n, _ in seqs], dtype=torch.long)
     args = (query, new_keys, new_values, key_pool, value_pool, tables, seq_lens, num_splits)
     call = Call(query, seed=draw_seed(g), args=args)
-    return Case(name, {"block_size": block_size, "num_splits": num_splits}, {}, [call], kind="function",
-                meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {})
+    return Case(
+        name,
+        {"block_size": block_size, "num_splits": num_splits},
+        {},
+        [call],
+        kind="function",
+        meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {},
+    )
 
 
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
     return [
-        paged_case("3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits",
-                   g, 4, [(3, "a"), (8, "bc"), (13, "defg")], 3, reverse=True),
-        paged_case("a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits",
-                   g, 4, [(6, "ab"), (6, "ab"), (10, "cde")], 2),
-        paged_case("a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits",
-                   g, 4, [(5, "ab"), (7, "ab")], 2),
-        paged_case("two sequences share a full prompt of 8 tokens and both need a new block, 4 splits",
-                   g, 4, [(8, "ab"), (8, "ab"), (2, "c")], 4),
-        paged_case("scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits",
-                   g, 3, [(7, "abc"), (4, "de")], 3, scale=10.0),
+        paged_case(
+            "3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits",
+            g,
+            4,
+            [(3, "a"), (8, "bc"), (13, "defg")],
+            3,
+            reverse=True,
+        ),
+        paged_case(
+            "a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits",
+            g,
+            4,
+            [(6, "ab"), (6, "ab"), (10, "cde")],
+            2,
+        ),
+        paged_case(
+            "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits",
+            g,
+            4,
+            [(5, "ab"), (7, "ab")],
+            2,
+        ),
+        paged_case(
+            "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits",
+            g,
+            4,
+            [(8, "ab"), (8, "ab"), (2, "c")],
+            4,
+        ),
+        paged_case(
+            "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits",
+            g,
+            3,
+            [(7, "abc"), (4, "de")],
+            3,
+            scale=10.0,
+        ),
     ]
 
 
@@ -195,53 +234,59 @@ TEXTS: dict[str, tuple[str, str]] = {
     "mutant.block_table_slot_without_block_size": (
         "slot = block_table[pos // block_size] + pos % block_size: a block number is not a slot number; multiply it "
         "by block_size",
-        "slot = block_table[pos // block_size] + pos % block_size：块号不是槽位号，要先乘以 block_size"),
+        "slot = block_table[pos // block_size] + pos % block_size：块号不是槽位号，要先乘以 block_size",
+    ),
     "mutant.block_table_ignored": (
         "the sequence's tokens were read as if its blocks were adjacent in the pool: look each position's block up "
         "in the block table, block_table[pos // block_size]",
-        "把序列的 token 当成在池中连续存放来读：每个位置的块要到块表里查，block_table[pos // block_size]"),
+        "把序列的 token 当成在池中连续存放来读：每个位置的块要到块表里查，block_table[pos // block_size]",
+    ),
     "mutant.shared_block_written_without_copy": (
         "a block another sequence also lists was written in place, changing that sequence's tokens: copy the block "
         "into a free one first and point the table there (copy-on-write)",
         "直接写入了另一条序列也在用的共享块，改掉了那条序列的 token：先把这个块复制到一个空闲块，让块表指向新块，"
-        "再写入（写时复制）"),
+        "再写入（写时复制）",
+    ),
     "mutant.copy_on_write_without_data": (
         "copy-on-write took a free block but did not copy the shared block's tokens into it",
-        "写时复制拿到了空闲块，但没有把共享块里已有的 token 复制过去"),
+        "写时复制拿到了空闲块，但没有把共享块里已有的 token 复制过去",
+    ),
     "mutant.new_token_not_attended": (
-        "the new token's own key and value are written but not attended: each sequence attends to seq_len + 1 "
-        "tokens",
-        "新 token 的键和值写进去了，却没有参与注意力：每条序列要看 seq_len + 1 个 token"),
+        "the new token's own key and value are written but not attended: each sequence attends to seq_len + 1 tokens",
+        "新 token 的键和值写进去了，却没有参与注意力：每条序列要看 seq_len + 1 个 token",
+    ),
     "mutant.merge_without_rescaling": (
         "the chunks' outputs were averaged: weight each out_i by exp(lse_i - max lse), then divide by the sum of "
         "the weights",
-        "直接对各块的输出取了平均：要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和"),
+        "直接对各块的输出取了平均：要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和",
+    ),
     "mutant.merge_summed": (
         "the chunks' outputs were added: each is already normalised by its own chunk's sum; weight them by "
         "exp(lse_i - max lse) and divide by the sum of the weights",
-        "直接把各块的输出相加：每个 out_i 已经按本块自己的和归一化过，要用 exp(lse_i - max lse) 加权，再除以权重之和"),
+        "直接把各块的输出相加：每个 out_i 已经按本块自己的和归一化过，要用 exp(lse_i - max lse) 加权，再除以权重之和",
+    ),
     "mutant.merge_without_max": (
         "the merge computes exp(lse_i) without subtracting the largest lse, which overflows for large scores: use "
         "exp(lse_i - max lse)",
-        "合并时直接算 exp(lse_i)，没有减去最大的 lse，分数大时会溢出：要用 exp(lse_i - max lse)"),
+        "合并时直接算 exp(lse_i)，没有减去最大的 lse，分数大时会溢出：要用 exp(lse_i - max lse)",
+    ),
     "mutant.merge_not_normalised": (
         "the weighted chunk outputs were not divided by the sum of the weights",
-        "各块输出加权求和之后，没有除以权重之和"),
+        "各块输出加权求和之后，没有除以权重之和",
+    ),
     "mutant.merge_wrong_lse": (
         "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",
-        "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)"),
-    **case_titles({
-        "3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits":
-            "3 条序列，已缓存 3、8、13 个 token，大小为 4 的块在池中倒序分散，切成 3 段",
-        "a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits":
-            "一条序列在第 6 个 token 后 fork：父子序列共享一个半满的块，切成 2 段",
-        "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits":
-            "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
-        "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits":
-            "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
-        "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits":
-            "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
-    }),
+        "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)",
+    ),
+    **case_titles(
+        {
+            "3 sequences of 3, 8 and 13 cached tokens, blocks of 4 scattered in reverse, 3 splits": "3 条序列，已缓存 3、8、13 个 token，大小为 4 的块在池中倒序分散，切成 3 段",
+            "a sequence forked after 6 tokens: parent and child share a half-filled block, 2 splits": "一条序列在第 6 个 token 后 fork：父子序列共享一个半满的块，切成 2 段",
+            "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits": "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
+            "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits": "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
+            "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits": "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
+        }
+    ),
 }
 
 

@@ -27,72 +27,71 @@ TEXTS: dict[str, tuple[str, str]] = {
         "weight each by its share of the row's softmax sum, exp(lse - max(lse, lse_i)), and divide by the sum of "
         "the two weights",
         "把当前输出和新块的输出直接取了平均：两者各自只在自己的键上归一化，要按各自占整行 softmax 之和的份额 "
-        "exp(lse - max(lse, lse_i)) 加权，再除以两个权重之和"),
+        "exp(lse - max(lse, lse_i)) 加权，再除以两个权重之和",
+    ),
     "mutant.ring_merge_without_max": (
         "the merge weights are exp(lse) and exp(lse_i) without subtracting their maximum: with scores in the "
         "hundreds exp overflows to inf and the output becomes NaN",
-        "合并权重直接用了 exp(lse) 和 exp(lse_i)，没有先减去两者的最大值：分数上百时 exp 溢出成 inf，输出变成 NaN"),
+        "合并权重直接用了 exp(lse) 和 exp(lse_i)，没有先减去两者的最大值：分数上百时 exp 溢出成 inf，输出变成 NaN",
+    ),
     "mutant.ring_lse_not_updated": (
         "the returned lse is the running one from before this step: the next step's merge needs the log-sum-exp "
         "over every key seen so far, max + log(exp(lse - max) + exp(lse_i - max))",
         "返回的 lse 还是这一步之前的：下一步合并需要到目前为止所有键上的 log-sum-exp，即 "
-        "max + log(exp(lse - max) + exp(lse_i - max))"),
+        "max + log(exp(lse - max) + exp(lse_i - max))",
+    ),
     "mutant.ring_causal_mask_local": (
         "the causal mask was the usual triangle over the chunk's own indices, whatever the chunk: compare the "
         "tokens' positions in the sequence instead (a chunk from earlier in the sequence is fully visible, one "
         "from later fully hidden)",
         "无论是哪一块，因果掩码都用了块内下标上的常规三角形：应比较 token 在整条序列中的位置（来自序列更早处的块"
-        "完全可见，来自更晚处的块完全被遮住）"),
+        "完全可见，来自更晚处的块完全被遮住）",
+    ),
     "mutant.ring_later_chunk_attended": (
         "a chunk from another rank was attended without a causal mask: keys later in the sequence than a query "
         "must stay hidden from it (a chunk wholly after this rank's queries changes nothing)",
         "对来自其他 rank 的块计算注意力时没有加因果掩码：序列中位于查询之后的键必须对它隐藏"
-        "（整块都在本 rank 查询之后的块不改变任何结果）"),
+        "（整块都在本 rank 查询之后的块不改变任何结果）",
+    ),
     "mutant.ring_earlier_chunk_skipped": (
         "only the rank's own chunk was attended: a chunk from earlier in the sequence is visible to every query "
         "of this rank (fully, or in part with the zigzag layout) and must be merged in",
         "只对本 rank 自己的块计算了注意力：来自序列更早处的块对本 rank 的查询是可见的（完全可见，或在之字形切分下"
-        "部分可见），必须合并进来"),
+        "部分可见），必须合并进来",
+    ),
     "mutant.ring_zigzag_as_contiguous": (
         "the zigzag layout was read as contiguous: with zigzag the sequence is cut into 2 * world_size pieces and "
         "rank r holds pieces r and 2 * world_size - 1 - r",
         "把之字形切分当成了连续切分：之字形切分把序列切成 2 * world_size 段，rank r 拿第 r 段和第 "
-        "2 * world_size - 1 - r 段"),
+        "2 * world_size - 1 - r 段",
+    ),
     "mutant.ring_zigzag_second_piece": (
         "the zigzag layout's second piece of rank r was taken as piece r + world_size: it is piece "
         "2 * world_size - 1 - r (one early and one late piece, mirrored)",
         "之字形切分中 rank r 的第二段取成了第 r + world_size 段：应为第 2 * world_size - 1 - r 段"
-        "（一段靠前、一段靠后，首尾对称）"),
+        "（一段靠前、一段靠后，首尾对称）",
+    ),
 }
 
 CASE_TITLES = {
-    "step 0, contiguous, causal: the rank's own chunk (out = 0, lse = -inf before it), 2 ranks, 9 tokens":
-        "第 0 步，连续切分，因果：本 rank 自己的块（之前 out = 0，lse = -inf），2 个 rank，9 个 token",
-    "contiguous, not causal, 3 ranks, 10 tokens, rank 1 receives rank 0's chunk":
-        "连续切分，非因果，3 个 rank，10 个 token，rank 1 收到 rank 0 的块",
-    "contiguous, causal, 4 ranks, 13 tokens, rank 2 receives an earlier chunk (rank 0's)":
-        "连续切分，因果，4 个 rank，13 个 token，rank 2 收到更早的块（rank 0 的）",
-    "contiguous, causal, 4 ranks, 13 tokens, rank 1 receives a later chunk (rank 3's)":
-        "连续切分，因果，4 个 rank，13 个 token，rank 1 收到更晚的块（rank 3 的）",
-    "zigzag, causal, 3 ranks, 18 tokens, rank 0 receives rank 2's chunk":
-        "之字形切分，因果，3 个 rank，18 个 token，rank 0 收到 rank 2 的块",
-    "zigzag, causal, 4 ranks, 24 tokens, rank 2 receives rank 1's chunk":
-        "之字形切分，因果，4 个 rank，24 个 token，rank 2 收到 rank 1 的块",
-    "scores in the hundreds (exp overflows without the maximum), zigzag, causal, 2 ranks, 12 tokens":
-        "分数上百（不减最大值时 exp 溢出），之字形切分，因果，2 个 rank，12 个 token",
+    "step 0, contiguous, causal: the rank's own chunk (out = 0, lse = -inf before it), 2 ranks, 9 tokens": "第 0 步，连续切分，因果：本 rank 自己的块（之前 out = 0，lse = -inf），2 个 rank，9 个 token",
+    "contiguous, not causal, 3 ranks, 10 tokens, rank 1 receives rank 0's chunk": "连续切分，非因果，3 个 rank，10 个 token，rank 1 收到 rank 0 的块",
+    "contiguous, causal, 4 ranks, 13 tokens, rank 2 receives an earlier chunk (rank 0's)": "连续切分，因果，4 个 rank，13 个 token，rank 2 收到更早的块（rank 0 的）",
+    "contiguous, causal, 4 ranks, 13 tokens, rank 1 receives a later chunk (rank 3's)": "连续切分，因果，4 个 rank，13 个 token，rank 1 收到更晚的块（rank 3 的）",
+    "zigzag, causal, 3 ranks, 18 tokens, rank 0 receives rank 2's chunk": "之字形切分，因果，3 个 rank，18 个 token，rank 0 收到 rank 2 的块",
+    "zigzag, causal, 4 ranks, 24 tokens, rank 2 receives rank 1's chunk": "之字形切分，因果，4 个 rank，24 个 token，rank 2 收到 rank 1 的块",
+    "scores in the hundreds (exp overflows without the maximum), zigzag, causal, 2 ranks, 12 tokens": "分数上百（不减最大值时 exp 溢出），之字形切分，因果，2 个 rank，12 个 token",
 }
 TEXTS.update({"case:" + en: (en, zh) for en, zh in CASE_TITLES.items()})
 
 
 @dataclass(frozen=True)
 class RingVariant:
-    mask: str = "global"    # global | local (the chunk's own triangle) | others_visible | own_only
-    layout: str = "ok"      # ok | zigzag_as_contiguous | zigzag_second_piece (r + W instead of 2W - 1 - r)
-    merge: str = "ok"       # ok | mean | no_max
-    lse: str = "ok"         # ok | kept (the running lse returned unchanged)
+    mask: str = "global"  # global | local (the chunk's own triangle) | others_visible | own_only
+    layout: str = "ok"  # ok | zigzag_as_contiguous | zigzag_second_piece (r + W instead of 2W - 1 - r)
+    merge: str = "ok"  # ok | mean | no_max
+    lse: str = "ok"  # ok | kept (the running lse returned unchanged)
     scale: bool = True
-
-
 
 
 M_NO_SCALE = Mistake("no_scale", text="no_scale_online")  # exercise 09's words
@@ -108,6 +107,7 @@ M_ZIGZAG_SECOND = Mistake("ring_zigzag_second_piece")
 
 # ---------------------------------------------------------------------------------------------
 # the reference computation, with the variant's mistakes
+
 
 def positions(seq_len, world_size, layout, v: RingVariant = RingVariant()):
     """Every rank's token positions, as ``course_utils.chunk_positions`` (tensor_split) cuts them."""
@@ -166,6 +166,7 @@ def ring_forward(args, v: RingVariant):
 # ---------------------------------------------------------------------------------------------
 # cases
 
+
 def ring_case(name, g, world_size, seq_len, layout, causal, rank, source, *, scale=1.0, heads=2, head_dim=8):
     """q, k, v of one sequence (1, heads, seq_len, head_dim) drawn from ``g``; the case hands rank ``rank`` its
     query chunk, ``source``'s K/V chunk and the running (out, lse) of the reference ring after the steps before."""
@@ -177,15 +178,31 @@ def ring_case(name, g, world_size, seq_len, layout, causal, rank, source, *, sca
     step = 0
     while (rank - step) % world_size != source:  # the ring so far: sources rank, rank - 1, ... before ``source``
         src = (rank - step) % world_size
-        args = (q_r, k[..., pos[src], :], v[..., pos[src], :], out, lse, rank, src, world_size, seq_len, layout,
-                causal)
+        args = (q_r, k[..., pos[src], :], v[..., pos[src], :], out, lse, rank, src, world_size, seq_len, layout, causal)
         out, lse = ring_forward(args, RingVariant())
         step += 1
-    args = (q_r, k[..., pos[source], :], v[..., pos[source], :], out, lse, rank, source, world_size, seq_len, layout,
-            causal)
+    args = (
+        q_r,
+        k[..., pos[source], :],
+        v[..., pos[source], :],
+        out,
+        lse,
+        rank,
+        source,
+        world_size,
+        seq_len,
+        layout,
+        causal,
+    )
     call = Call(q_r, seed=draw_seed(g), args=args)
-    return Case(name, {"world_size": world_size, "seq_len": seq_len, "layout": layout}, {}, [call], kind="function",
-                meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {})
+    return Case(
+        name,
+        {"world_size": world_size, "seq_len": seq_len, "layout": layout},
+        {},
+        [call],
+        kind="function",
+        meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {},
+    )
 
 
 def cases(g) -> list[Case]:

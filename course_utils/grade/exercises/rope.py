@@ -38,31 +38,36 @@ from ..types import Case
 
 @dataclass(frozen=True)
 class RopeVariant:
-    positions: str = "ok"       # ok | restart (every call starts at 0)
+    positions: str = "ok"  # ok | restart (every call starts at 0)
     rotate_v: bool = False
-    layout: str = "half"        # half | interleaved | half_angles_pairs | pair_angles_half (one layout's angles,
-                                # the other's pairs)
-    exponent: str = "ok"        # ok | shifted (theta_i = base^(-2(i+1)/d)) | odd (base^(-(2i+1)/d))
-                                # | no_two (base^(-i/d))
-    softmax_dim: int = -1       # -1 keys | -2 queries | 1 heads | 0 batch
+    layout: str = "half"  # half | interleaved | half_angles_pairs | pair_angles_half (one layout's angles,
+    # the other's pairs)
+    exponent: str = "ok"  # ok | shifted (theta_i = base^(-2(i+1)/d)) | odd (base^(-(2i+1)/d))
+    # | no_two (base^(-i/d))
+    softmax_dim: int = -1  # -1 keys | -2 queries | 1 heads | 0 batch
     freq_dim: str = "head_dim"  # head_dim | d_out
-    cache: str = "before"       # before | after_double (rotate the concatenated keys) | after_raw (cache unrotated)
+    cache: str = "before"  # before | after_double (rotate the concatenated keys) | after_raw (cache unrotated)
     rope: bool = True
-    direction: int = 1          # 1 | -1 (rotated the wrong way)
-    mask: str = "ok"            # ok | top_left
-    own_cache: bool = False     # keeps its own cache and ignores the past_key_value it is handed
+    direction: int = 1  # 1 | -1 (rotated the wrong way)
+    mask: str = "ok"  # ok | top_left
+    own_cache: bool = False  # keeps its own cache and ignores the past_key_value it is handed
 
 
 def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
     """RoPE attention with a (keys, values) cache; returns (out, present)."""
     nh, d_out, base = cfg["num_heads"], cfg["d_out"], cfg["rope_base"]
     b, n, _ = x.shape
-    q, k, val = split_heads(linear(p, "W_query", x), nh), split_heads(linear(p, "W_key", x), nh), split_heads(linear(p, "W_value", x), nh)
+    q, k, val = (
+        split_heads(linear(p, "W_query", x), nh),
+        split_heads(linear(p, "W_key", x), nh),
+        split_heads(linear(p, "W_value", x), nh),
+    )
     past_len = 0 if past is None else past[0].shape[2]
     start = 0 if v.positions == "restart" else past_len
     positions = torch.arange(start, start + n)
-    kw = dict(layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction,
-              exponent=v.exponent)
+    kw = dict(
+        layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction, exponent=v.exponent
+    )
     rot = (lambda t, pos: rope(t, pos, base, **kw)) if v.rope else (lambda t, pos: t)
     q = rot(q, positions)
     if v.rotate_v:
@@ -81,7 +86,6 @@ def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
     ctx = attend(q, k_used, v_all, math.sqrt(d_out // nh), hide, v.softmax_dim)
     out = linear(p, "out_proj", ctx.transpose(1, 2).reshape(b, n, d_out))
     return out, ((k_all, v_all) if use_cache else None)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,39 +196,48 @@ def mutants() -> list:
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "mutant.rope_on_values": ("values rotated too: RoPE turns only the queries and the keys (positions belong in the "
-                              "scores); leave V as it is",
-                              "值也被旋转了：RoPE 只旋转查询和键（位置信息应当体现在注意力分数里）；V 保持不变"),
-    "mutant.rope_interleaved_pairs": ("features paired as (2i, 2i + 1), the interleaved (GPT-J) layout: the "
-                                      "contract's rotate-half layout pairs feature i with i + head_dim / 2, x * cos + "
-                                      "rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1) and cos/sin = "
-                                      "cat(freqs, freqs)",
-                                      "特征按 (2i, 2i + 1) 两两配对，这是交错（GPT-J）布局：接口约定用的是 rotate-half "
-                                      "布局，把第 i 个特征和第 i + head_dim / 2 个配对，即 x * cos + rotate_half(x) * "
-                                      "sin，其中 rotate_half(x) = cat(-x2, x1)，cos/sin = cat(freqs, freqs)"),
-    "mutant.rope_freq_d_model": ("RoPE frequencies computed from d_out (d_model) instead of head_dim: theta_i = base "
-                                 "** (-2i / head_dim), since RoPE rotates each head's features",
-                                 "RoPE 的频率是按 d_out（d_model）算的，应当按 head_dim 算：theta_i = base ** "
-                                 "(-2i / head_dim)，因为 RoPE 旋转的是每个头自己的特征"),
-    "mutant.rope_after_cache": ("RoPE applied after the cache: rotate the new keys at their positions BEFORE "
-                                "appending them; present holds rotated keys, and cached keys are never rotated again",
-                                "RoPE 加在了缓存之后：应当先把新的键按各自的位置旋转，再追加进缓存；present 里存的是"
-                                "旋转过的键，缓存里的键不会再被旋转"),
+    "mutant.rope_on_values": (
+        "values rotated too: RoPE turns only the queries and the keys (positions belong in the "
+        "scores); leave V as it is",
+        "值也被旋转了：RoPE 只旋转查询和键（位置信息应当体现在注意力分数里）；V 保持不变",
+    ),
+    "mutant.rope_interleaved_pairs": (
+        "features paired as (2i, 2i + 1), the interleaved (GPT-J) layout: the "
+        "contract's rotate-half layout pairs feature i with i + head_dim / 2, x * cos + "
+        "rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1) and cos/sin = "
+        "cat(freqs, freqs)",
+        "特征按 (2i, 2i + 1) 两两配对，这是交错（GPT-J）布局：接口约定用的是 rotate-half "
+        "布局，把第 i 个特征和第 i + head_dim / 2 个配对，即 x * cos + rotate_half(x) * "
+        "sin，其中 rotate_half(x) = cat(-x2, x1)，cos/sin = cat(freqs, freqs)",
+    ),
+    "mutant.rope_freq_d_model": (
+        "RoPE frequencies computed from d_out (d_model) instead of head_dim: theta_i = base "
+        "** (-2i / head_dim), since RoPE rotates each head's features",
+        "RoPE 的频率是按 d_out（d_model）算的，应当按 head_dim 算：theta_i = base ** "
+        "(-2i / head_dim)，因为 RoPE 旋转的是每个头自己的特征",
+    ),
+    "mutant.rope_after_cache": (
+        "RoPE applied after the cache: rotate the new keys at their positions BEFORE "
+        "appending them; present holds rotated keys, and cached keys are never rotated again",
+        "RoPE 加在了缓存之后：应当先把新的键按各自的位置旋转，再追加进缓存；present 里存的是"
+        "旋转过的键，缓存里的键不会再被旋转",
+    ),
     "mutant.rope_missing": ("no rotation: apply RoPE to the queries and keys", "没有做旋转：要对查询和键应用 RoPE"),
-    "mutant.rope_wrong_direction": ("rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation is "
-                                    "x * cos + rotate_half(x) * sin",
-                                    "旋转方向反了：rotate_half(x) = cat(-x2, x1)，旋转是 x * cos + rotate_half(x) * sin"),
-    **case_titles({
-        "3 heads of 4, d_in=4 < d_out=12, base 10000: chunks of 3, 2, 1 tokens with the cache, then the whole sequence "
-        "without": "3 个头，每个宽 4，d_in=4 < d_out=12，base 10000：带缓存依次输入 3、2、1 个 token，再不带缓存输入整个序列",
-        "2 heads of 4, d_in=10 > d_out=8, qkv_bias, base 100: a prompt of 2, then one token at a time":
-            "2 个头，每个宽 4，d_in=10 > d_out=8，qkv_bias，base 100：先输入 2 个 token 的提示，再一次一个 token",
-        "4 heads of 6, d_in=6, d_out=24, base 500000: a prompt of 4, then a chunk of 3":
-            "4 个头，每个宽 6，d_in=6，d_out=24，base 500000：先输入 4 个 token 的提示，再输入一段 3 个 token",
-        "a past_key_value the module did not produce (4 tokens of another prompt, keys rotated), then 2 and 1 new "
-        "tokens": "一个不是由该模块产生的 past_key_value（另一段提示的 4 个 token，键已旋转），"
-                  "再依次输入 2 个和 1 个新 token",
-    }),
+    "mutant.rope_wrong_direction": (
+        "rotated the wrong way: rotate_half(x) = cat(-x2, x1), and the rotation is x * cos + rotate_half(x) * sin",
+        "旋转方向反了：rotate_half(x) = cat(-x2, x1)，旋转是 x * cos + rotate_half(x) * sin",
+    ),
+    **case_titles(
+        {
+            "3 heads of 4, d_in=4 < d_out=12, base 10000: chunks of 3, 2, 1 tokens with the cache, then the whole sequence "
+            "without": "3 个头，每个宽 4，d_in=4 < d_out=12，base 10000：带缓存依次输入 3、2、1 个 token，再不带缓存输入整个序列",
+            "2 heads of 4, d_in=10 > d_out=8, qkv_bias, base 100: a prompt of 2, then one token at a time": "2 个头，每个宽 4，d_in=10 > d_out=8，qkv_bias，base 100：先输入 2 个 token 的提示，再一次一个 token",
+            "4 heads of 6, d_in=6, d_out=24, base 500000: a prompt of 4, then a chunk of 3": "4 个头，每个宽 6，d_in=6，d_out=24，base 500000：先输入 4 个 token 的提示，再输入一段 3 个 token",
+            "a past_key_value the module did not produce (4 tokens of another prompt, keys rotated), then 2 and 1 new "
+            "tokens": "一个不是由该模块产生的 past_key_value（另一段提示的 4 个 token，键已旋转），"
+            "再依次输入 2 个和 1 个新 token",
+        }
+    ),
 }
 
 

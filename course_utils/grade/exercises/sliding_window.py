@@ -35,11 +35,11 @@ from ..types import Call, Case
 
 @dataclass(frozen=True)
 class WindowVariant:
-    window: str = "ok"          # ok | one_more (keys i - w .. i) | one_less (keys i - w + 2 .. i)
-    read: str = "age"           # age | slot (the ring read slot 0 first, but masked as if oldest first)
+    window: str = "ok"  # ok | one_more (keys i - w .. i) | one_less (keys i - w + 2 .. i)
+    read: str = "age"  # age | slot (the ring read slot 0 first, but masked as if oldest first)
     rope_positions: str = "absolute"  # absolute | slot (the position restarts at every wrap-around)
-    sinks: str = "kept"         # kept | evicted (the first tokens hidden once they leave the window)
-    cache: str = "ring"         # ring | raw_keys (keys cached before RoPE, rotated when read) | grows (torch.cat)
+    sinks: str = "kept"  # kept | evicted (the first tokens hidden once they leave the window)
+    cache: str = "ring"  # ring | raw_keys (keys cached before RoPE, rotated when read) | grows (torch.cat)
 
 
 def slot_of(position: int, window: int, num_sinks: int) -> int:
@@ -64,11 +64,20 @@ def _hidden(query_positions, key_positions, window, num_sinks, v: WindowVariant)
 
 def window_forward(p, x, cfg, v: WindowVariant, past=None, use_cache=False, start_pos=0):
     """Sliding-window attention through a ring-buffer cache; returns (out, present)."""
-    nh, d_out, window, num_sinks, base = (cfg["num_heads"], cfg["d_out"], cfg["window"], cfg["num_sinks"],
-                                          cfg["rope_base"])
+    nh, d_out, window, num_sinks, base = (
+        cfg["num_heads"],
+        cfg["d_out"],
+        cfg["window"],
+        cfg["num_sinks"],
+        cfg["rope_base"],
+    )
     b, n, _ = x.shape
     hd = d_out // nh
-    q, k, val = split_heads(linear(p, "W_query", x), nh), split_heads(linear(p, "W_key", x), nh), split_heads(linear(p, "W_value", x), nh)
+    q, k, val = (
+        split_heads(linear(p, "W_query", x), nh),
+        split_heads(linear(p, "W_key", x), nh),
+        split_heads(linear(p, "W_value", x), nh),
+    )
     new_positions = torch.arange(start_pos, start_pos + n)
 
     def rotated(t, positions):
@@ -115,8 +124,15 @@ def _case(name, g, batch, chunks, *, full=True, **ctor):
     x = torch.randn(batch, sum(chunks), ctor["d_in"], generator=g)
     calls, start = [], 0
     for i, size in enumerate(chunks):
-        calls.append(Call(x[:, start:start + size], seed=draw_seed(g), past=i - 1 if i else None, use_cache=True,
-                          kwargs={"start_pos": start}))
+        calls.append(
+            Call(
+                x[:, start : start + size],
+                seed=draw_seed(g),
+                past=i - 1 if i else None,
+                use_cache=True,
+                kwargs={"start_pos": start},
+            )
+        )
         start += size
     if full:
         calls.append(Call(x, seed=draw_seed(g), use_cache=False, kwargs={"start_pos": 0}))
@@ -128,30 +144,98 @@ def _given_case(name, g, batch, start_pos, num_new, **ctor):
     params = random_params(projection_shapes(ctor), g)
     hd, size = ctor["d_out"] // ctor["num_heads"], ctor["num_sinks"] + ctor["window"]
     x = torch.randn(batch, num_new, ctor["d_in"], generator=g)
-    case = Case(name, ctor, params, [Call(x, seed=draw_seed(g), past="given", use_cache=True,
-                                          kwargs={"start_pos": start_pos})],
-                kind="cache", meta={"present_names": ("keys", "values")})
-    case.given_past = (torch.randn(batch, ctor["num_heads"], size, hd, generator=g),
-                       torch.randn(batch, ctor["num_heads"], size, hd, generator=g))
+    case = Case(
+        name,
+        ctor,
+        params,
+        [Call(x, seed=draw_seed(g), past="given", use_cache=True, kwargs={"start_pos": start_pos})],
+        kind="cache",
+        meta={"present_names": ("keys", "values")},
+    )
+    case.given_past = (
+        torch.randn(batch, ctor["num_heads"], size, hd, generator=g),
+        torch.randn(batch, ctor["num_heads"], size, hd, generator=g),
+    )
     return case
 
 
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
     return [
-        _case("window 4, no sinks, 2 heads of 4, base 10000: a prefill of 6 (longer than the window), then 1, 1, 2, 1, "
-              "1 tokens (the ring wraps around), then the whole sequence without the cache",
-              g, 2, [6, 1, 1, 2, 1, 1], d_in=6, d_out=8, num_heads=2, window=4, num_sinks=0, rope_base=10000.0),
-        _case("window 3, 2 sinks, 3 heads of 2, base 100: a prompt of 3, then one token at a time up to 11",
-              g, 1, [3] + [1] * 8, d_in=4, d_out=6, num_heads=3, window=3, num_sinks=2, rope_base=100.0),
-        _case("window 5, 1 sink, 2 heads of 6, base 500000: a prefill of 9, then chunks of 3 and 1",
-              g, 2, [9, 3, 1], d_in=5, d_out=12, num_heads=2, window=5, num_sinks=1, rope_base=500000.0),
-        _case("window 1 (only itself), 1 sink, 2 heads of 4: a prompt of 2, then 1, 1, 1",
-              g, 1, [2, 1, 1, 1], d_in=4, d_out=8, num_heads=2, window=1, num_sinks=1, rope_base=10000.0),
-        _case("window 16, longer than the sequence (plain causal attention), 2 heads of 4: chunks of 3 and 4",
-              g, 2, [3, 4], d_in=4, d_out=8, num_heads=2, window=16, num_sinks=0, rope_base=10000.0),
-        _given_case("a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens",
-                    g, 2, 13, 2, d_in=6, d_out=8, num_heads=2, window=4, num_sinks=2, rope_base=10000.0),
+        _case(
+            "window 4, no sinks, 2 heads of 4, base 10000: a prefill of 6 (longer than the window), then 1, 1, 2, 1, "
+            "1 tokens (the ring wraps around), then the whole sequence without the cache",
+            g,
+            2,
+            [6, 1, 1, 2, 1, 1],
+            d_in=6,
+            d_out=8,
+            num_heads=2,
+            window=4,
+            num_sinks=0,
+            rope_base=10000.0,
+        ),
+        _case(
+            "window 3, 2 sinks, 3 heads of 2, base 100: a prompt of 3, then one token at a time up to 11",
+            g,
+            1,
+            [3] + [1] * 8,
+            d_in=4,
+            d_out=6,
+            num_heads=3,
+            window=3,
+            num_sinks=2,
+            rope_base=100.0,
+        ),
+        _case(
+            "window 5, 1 sink, 2 heads of 6, base 500000: a prefill of 9, then chunks of 3 and 1",
+            g,
+            2,
+            [9, 3, 1],
+            d_in=5,
+            d_out=12,
+            num_heads=2,
+            window=5,
+            num_sinks=1,
+            rope_base=500000.0,
+        ),
+        _case(
+            "window 1 (only itself), 1 sink, 2 heads of 4: a prompt of 2, then 1, 1, 1",
+            g,
+            1,
+            [2, 1, 1, 1],
+            d_in=4,
+            d_out=8,
+            num_heads=2,
+            window=1,
+            num_sinks=1,
+            rope_base=10000.0,
+        ),
+        _case(
+            "window 16, longer than the sequence (plain causal attention), 2 heads of 4: chunks of 3 and 4",
+            g,
+            2,
+            [3, 4],
+            d_in=4,
+            d_out=8,
+            num_heads=2,
+            window=16,
+            num_sinks=0,
+            rope_base=10000.0,
+        ),
+        _given_case(
+            "a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens",
+            g,
+            2,
+            13,
+            2,
+            d_in=6,
+            d_out=8,
+            num_heads=2,
+            window=4,
+            num_sinks=2,
+            rope_base=10000.0,
+        ),
     ]
 
 
@@ -161,10 +245,10 @@ def expected(case: Case, variant: WindowVariant) -> dict:
         outs, presents = {}, {}
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
-            past = (presents[call.past] if isinstance(call.past, int) else
-                    case.given_past if call.past == "given" else None)
-            out, present = window_forward(case.params, call.x, case.ctor, variant, past, call.use_cache,
-                                          **call.kwargs)
+            past = (
+                presents[call.past] if isinstance(call.past, int) else case.given_past if call.past == "given" else None
+            )
+            out, present = window_forward(case.params, call.x, case.ctor, variant, past, call.use_cache, **call.kwargs)
             outs[f"step{i + 1}.out"] = out
             outs[f"step{i + 1}.keys"], outs[f"step{i + 1}.values"] = (None, None) if present is None else present
             presents[i] = present
@@ -197,54 +281,62 @@ def mutants() -> list:
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "mutant.ring_read_in_slot_order": ("after the wrap-around the ring is read in slot order (slot 0 first) but "
-                                       "masked as if oldest first: keys and positions disagree. Read from the oldest "
-                                       "slot, num_sinks + (start_pos - num_sinks) % window, round to the newest (or "
-                                       "give each slot the position it holds and mask by that)",
-                                       "环形缓冲区绕回之后是按槽位顺序（从槽 0 开始）读的，掩码却按“从旧到新”来算：键和"
-                                       "位置对不上了。应当从最旧的槽 num_sinks + (start_pos - num_sinks) % window "
-                                       "开始，绕一圈读到最新的（或者给每个槽标上它存的位置，再按位置做掩码）"),
-    "mutant.rope_positions_reset_at_wrap": ("RoPE positions restart at the wrap-around (the slot index, not the "
-                                            "position): rotate queries and keys at the absolute positions start_pos, "
-                                            "start_pos + 1, ..., which keep counting after the ring wraps",
-                                            "RoPE 的位置在环形缓冲区绕回时又从头开始了（用的是槽位编号而不是位置）："
-                                            "查询和键要按绝对位置 start_pos, start_pos + 1, ... 旋转，绕回之后位置"
-                                            "仍然继续往上数"),
-    "mutant.sinks_evicted": ("the sinks are evicted with the window: the first num_sinks tokens stay visible to every "
-                             "query (key j is visible when j <= i and (j > i - window or j < num_sinks))",
-                             "注意力汇聚点随窗口一起被逐出了：前 num_sinks 个 token 应当对每个查询都可见（当 j <= i "
-                             "且 (j > i - window 或 j < num_sinks) 时键 j 可见）"),
-    "mutant.window_off_by_one": ("the window is off by one: a query at position i sees the window keys i - window + "
-                                 "1 .. i, itself included (Hugging Face's sliding_window: j > i - window)",
-                                 "窗口差了一位：位置 i 的查询看到的是 i - window + 1 .. i 这 window 个键，包括它自己"
-                                 "（和 Hugging Face 的 sliding_window 一致：j > i - window）"),
-    "mutant.ring_keys_cached_before_rope": ("the ring holds the keys before RoPE: rotate the new keys at their "
-                                            "absolute positions BEFORE writing them into their slots; present holds "
-                                            "rotated keys, and a cached key is never rotated again",
-                                            "环形缓冲区里存的是旋转之前的键：应当先把新的键按各自的绝对位置旋转，再写进"
-                                            "对应的槽；present 里存的是旋转过的键，缓存里的键不会再被旋转"),
-    "mutant.ring_cache_grows": ("the cache grows with the sequence (torch.cat, nothing evicted): its memory must stay "
-                                "constant, keys and values of shape (b, num_heads, num_sinks + window, head_dim) from "
-                                "the first call on, position p written into slot num_sinks + (p - num_sinks) % window",
-                                "缓存随序列一起变长（torch.cat，什么都没有逐出）：它的内存应当保持不变，从第一次调用起"
-                                "键和值的形状就是 (b, num_heads, num_sinks + window, head_dim)，位置 p 写进槽 "
-                                "num_sinks + (p - num_sinks) % window"),
-    **case_titles({
-        "window 4, no sinks, 2 heads of 4, base 10000: a prefill of 6 (longer than the window), then 1, 1, 2, 1, 1 "
-        "tokens (the ring wraps around), then the whole sequence without the cache":
-            "窗口 4，没有汇聚点，2 个头，每个宽 4，base 10000：先预填充 6 个 token（比窗口长），再依次输入 1、1、2、1、1 个"
+    "mutant.ring_read_in_slot_order": (
+        "after the wrap-around the ring is read in slot order (slot 0 first) but "
+        "masked as if oldest first: keys and positions disagree. Read from the oldest "
+        "slot, num_sinks + (start_pos - num_sinks) % window, round to the newest (or "
+        "give each slot the position it holds and mask by that)",
+        "环形缓冲区绕回之后是按槽位顺序（从槽 0 开始）读的，掩码却按“从旧到新”来算：键和"
+        "位置对不上了。应当从最旧的槽 num_sinks + (start_pos - num_sinks) % window "
+        "开始，绕一圈读到最新的（或者给每个槽标上它存的位置，再按位置做掩码）",
+    ),
+    "mutant.rope_positions_reset_at_wrap": (
+        "RoPE positions restart at the wrap-around (the slot index, not the "
+        "position): rotate queries and keys at the absolute positions start_pos, "
+        "start_pos + 1, ..., which keep counting after the ring wraps",
+        "RoPE 的位置在环形缓冲区绕回时又从头开始了（用的是槽位编号而不是位置）："
+        "查询和键要按绝对位置 start_pos, start_pos + 1, ... 旋转，绕回之后位置"
+        "仍然继续往上数",
+    ),
+    "mutant.sinks_evicted": (
+        "the sinks are evicted with the window: the first num_sinks tokens stay visible to every "
+        "query (key j is visible when j <= i and (j > i - window or j < num_sinks))",
+        "注意力汇聚点随窗口一起被逐出了：前 num_sinks 个 token 应当对每个查询都可见（当 j <= i "
+        "且 (j > i - window 或 j < num_sinks) 时键 j 可见）",
+    ),
+    "mutant.window_off_by_one": (
+        "the window is off by one: a query at position i sees the window keys i - window + "
+        "1 .. i, itself included (Hugging Face's sliding_window: j > i - window)",
+        "窗口差了一位：位置 i 的查询看到的是 i - window + 1 .. i 这 window 个键，包括它自己"
+        "（和 Hugging Face 的 sliding_window 一致：j > i - window）",
+    ),
+    "mutant.ring_keys_cached_before_rope": (
+        "the ring holds the keys before RoPE: rotate the new keys at their "
+        "absolute positions BEFORE writing them into their slots; present holds "
+        "rotated keys, and a cached key is never rotated again",
+        "环形缓冲区里存的是旋转之前的键：应当先把新的键按各自的绝对位置旋转，再写进"
+        "对应的槽；present 里存的是旋转过的键，缓存里的键不会再被旋转",
+    ),
+    "mutant.ring_cache_grows": (
+        "the cache grows with the sequence (torch.cat, nothing evicted): its memory must stay "
+        "constant, keys and values of shape (b, num_heads, num_sinks + window, head_dim) from "
+        "the first call on, position p written into slot num_sinks + (p - num_sinks) % window",
+        "缓存随序列一起变长（torch.cat，什么都没有逐出）：它的内存应当保持不变，从第一次调用起"
+        "键和值的形状就是 (b, num_heads, num_sinks + window, head_dim)，位置 p 写进槽 "
+        "num_sinks + (p - num_sinks) % window",
+    ),
+    **case_titles(
+        {
+            "window 4, no sinks, 2 heads of 4, base 10000: a prefill of 6 (longer than the window), then 1, 1, 2, 1, 1 "
+            "tokens (the ring wraps around), then the whole sequence without the cache": "窗口 4，没有汇聚点，2 个头，每个宽 4，base 10000：先预填充 6 个 token（比窗口长），再依次输入 1、1、2、1、1 个"
             "（环形缓冲区会绕回），最后不带缓存输入整个序列",
-        "window 3, 2 sinks, 3 heads of 2, base 100: a prompt of 3, then one token at a time up to 11":
-            "窗口 3，2 个汇聚点，3 个头，每个宽 2，base 100：先输入 3 个 token 的提示，再一次一个 token，直到 11 个",
-        "window 5, 1 sink, 2 heads of 6, base 500000: a prefill of 9, then chunks of 3 and 1":
-            "窗口 5，1 个汇聚点，2 个头，每个宽 6，base 500000：先预填充 9 个 token，再依次输入 3 个和 1 个",
-        "window 1 (only itself), 1 sink, 2 heads of 4: a prompt of 2, then 1, 1, 1":
-            "窗口 1（只看自己），1 个汇聚点，2 个头，每个宽 4：先输入 2 个 token 的提示，再依次输入 1、1、1 个",
-        "window 16, longer than the sequence (plain causal attention), 2 heads of 4: chunks of 3 and 4":
-            "窗口 16，比序列还长（就是普通的因果注意力），2 个头，每个宽 4：依次输入 3 个和 4 个 token",
-        "a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens":
-            "一个不是由该模块产生的满环形缓冲区（窗口 4，2 个汇聚点，已经见过 13 个 token），再输入 2 个新 token",
-    }),
+            "window 3, 2 sinks, 3 heads of 2, base 100: a prompt of 3, then one token at a time up to 11": "窗口 3，2 个汇聚点，3 个头，每个宽 2，base 100：先输入 3 个 token 的提示，再一次一个 token，直到 11 个",
+            "window 5, 1 sink, 2 heads of 6, base 500000: a prefill of 9, then chunks of 3 and 1": "窗口 5，1 个汇聚点，2 个头，每个宽 6，base 500000：先预填充 9 个 token，再依次输入 3 个和 1 个",
+            "window 1 (only itself), 1 sink, 2 heads of 4: a prompt of 2, then 1, 1, 1": "窗口 1（只看自己），1 个汇聚点，2 个头，每个宽 4：先输入 2 个 token 的提示，再依次输入 1、1、1 个",
+            "window 16, longer than the sequence (plain causal attention), 2 heads of 4: chunks of 3 and 4": "窗口 16，比序列还长（就是普通的因果注意力），2 个头，每个宽 4：依次输入 3 个和 4 个 token",
+            "a full ring the module did not produce (window 4, 2 sinks, 13 tokens seen), 2 new tokens": "一个不是由该模块产生的满环形缓冲区（窗口 4，2 个汇聚点，已经见过 13 个 token），再输入 2 个新 token",
+        }
+    ),
 }
 
 

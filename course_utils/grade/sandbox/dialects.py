@@ -5,6 +5,7 @@ Answer-free: it reads constructor and forward signatures and parameter names and
 convention under which the module is causal (a later token never changes an earlier output). It runs inside
 the sandbox, beside the harness; the verdict is still computed outside.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -17,13 +18,39 @@ try:
 except ImportError:  # sandboxed: beside texts.py in /grader
     from texts import Said, said
 
-_WIDTH = ("d_model", "embed_dim", "hidden_size", "dim", "n_embd", "d", "hidden_dim", "model_dim", "emb_dim",
-          "num_hiddens", "d_hidden", "embedding_dim", "n_embed", "width")
+_WIDTH = (
+    "d_model",
+    "embed_dim",
+    "hidden_size",
+    "dim",
+    "n_embd",
+    "d",
+    "hidden_dim",
+    "model_dim",
+    "emb_dim",
+    "num_hiddens",
+    "d_hidden",
+    "embedding_dim",
+    "n_embed",
+    "width",
+)
 _HEADS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads", "n_heads_q")
 _HEAD_WIDTH = ("head_dim", "dim_head", "d_head", "d_k", "head_size", "attention_head_size")
 _DROPOUT = ("dropout", "attn_dropout", "dropout_p", "p", "attn_pdrop", "dropout_rate", "drop")
-_LENGTH = ("context_length", "block_size", "max_len", "max_seq_len", "n_ctx", "max_position_embeddings",
-           "seq_len", "max_length", "ctx_len", "context_len", "max_seq_length", "n_positions")
+_LENGTH = (
+    "context_length",
+    "block_size",
+    "max_len",
+    "max_seq_len",
+    "n_ctx",
+    "max_position_embeddings",
+    "seq_len",
+    "max_length",
+    "ctx_len",
+    "context_len",
+    "max_seq_length",
+    "n_positions",
+)
 _BIAS = ("qkv_bias", "bias", "use_bias", "add_bias", "attention_bias", "proj_bias", "qkv_proj_bias")
 _BATCH_FIRST = ("batch_first",)
 _CONFIG = ("config", "cfg", "args", "params", "conf", "hparams", "model_args")
@@ -31,8 +58,25 @@ _ROLES = {
     "q": ("w_query", "q_proj", "w_q", "wq", "query", "q", "q_linear", "linear_q", "to_q", "query_proj"),
     "k": ("w_key", "k_proj", "w_k", "wk", "key", "k", "k_linear", "linear_k", "to_k", "key_proj"),
     "v": ("w_value", "v_proj", "w_v", "wv", "value", "v", "v_linear", "linear_v", "to_v", "value_proj"),
-    "o": ("out_proj", "o_proj", "w_o", "wo", "out", "o", "proj", "c_proj", "dense", "out_linear", "linear_out",
-          "fc_out", "to_out", "output", "w_out", "output_proj", "w_output"),
+    "o": (
+        "out_proj",
+        "o_proj",
+        "w_o",
+        "wo",
+        "out",
+        "o",
+        "proj",
+        "c_proj",
+        "dense",
+        "out_linear",
+        "linear_out",
+        "fc_out",
+        "to_out",
+        "output",
+        "w_out",
+        "output_proj",
+        "w_output",
+    ),
     "qkv": ("qkv", "c_attn", "in_proj", "qkv_proj", "w_qkv", "wqkv", "to_qkv", "qkv_linear"),
 }  # compared in lower case: W_Q, Wq and w_q are one name
 _BOOK = {"q": "W_query", "k": "W_key", "v": "W_value", "o": "out_proj"}
@@ -64,12 +108,26 @@ class Config:
     the heads, the dropout, the context length and the bias flags answers the case's value."""
 
     def __init__(self, ctor: dict):
-        values = {**dict.fromkeys(_WIDTH, ctor["d_out"]), **dict.fromkeys(_HEADS, ctor["num_heads"]),
-                  **dict.fromkeys(_DROPOUT, ctor["dropout"]), **dict.fromkeys(_LENGTH, ctor["context_length"]),
-                  **dict.fromkeys(_BIAS, True), **dict.fromkeys(_HEAD_WIDTH, ctor["d_out"] // ctor["num_heads"])}
-        values.update(attention_dropout=ctor["dropout"], attention_probs_dropout_prob=ctor["dropout"],
-                      resid_pdrop=0.0, resid_dropout=0.0, n_layer=1, num_key_value_heads=ctor["num_heads"],
-                      is_causal=True, batch_first=True, d_in=ctor["d_out"], d_out=ctor["d_out"])
+        values = {
+            **dict.fromkeys(_WIDTH, ctor["d_out"]),
+            **dict.fromkeys(_HEADS, ctor["num_heads"]),
+            **dict.fromkeys(_DROPOUT, ctor["dropout"]),
+            **dict.fromkeys(_LENGTH, ctor["context_length"]),
+            **dict.fromkeys(_BIAS, True),
+            **dict.fromkeys(_HEAD_WIDTH, ctor["d_out"] // ctor["num_heads"]),
+        }
+        values.update(
+            attention_dropout=ctor["dropout"],
+            attention_probs_dropout_prob=ctor["dropout"],
+            resid_pdrop=0.0,
+            resid_dropout=0.0,
+            n_layer=1,
+            num_key_value_heads=ctor["num_heads"],
+            is_causal=True,
+            batch_first=True,
+            d_in=ctor["d_out"],
+            d_out=ctor["d_out"],
+        )
         self.__dict__.update(values)
 
     def __getitem__(self, name):  # cfg["n_embd"] as well as cfg.n_embd
@@ -108,15 +166,24 @@ def build(cls, ctor: dict, square: bool = True):
     ``square``: the case's d_in equals d_out (a class that does not take both is only given square cases)."""
     params = _params(cls.__init__)
     names = [p.name for p in params]
-    if {"d_in", "d_out", "num_heads"} <= set(names) and names[:5] == ["d_in", "d_out", "context_length", "dropout",
-                                                                      "num_heads"]:
+    if {"d_in", "d_out", "num_heads"} <= set(names) and names[:5] == [
+        "d_in",
+        "d_out",
+        "context_length",
+        "dropout",
+        "num_heads",
+    ]:
         return cls(*[ctor[a] for a in ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias")]), BOOK
     width = next((n for n in names if n in _WIDTH or n in ("d_in", "d_out")), None)
     heads = next((n for n in names if n in _HEADS or n in _HEAD_WIDTH), None)
     config = next((n for n in names if n in _CONFIG), None)
     if config is None and (width is None or heads is None):
-        raise DialectError("dialect_constructor", names=", ".join(names) or said("no_parameters"),
-                           adapter=adapter_hint(cls.__name__, names), accepted=said("accepted"))
+        raise DialectError(
+            "dialect_constructor",
+            names=", ".join(names) or said("no_parameters"),
+            adapter=adapter_hint(cls.__name__, names),
+            accepted=said("accepted"),
+        )
     kwargs = {}
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -125,10 +192,19 @@ def build(cls, ctor: dict, square: bool = True):
         if value is not inspect.Parameter.empty:
             kwargs[p.name] = value
         elif p.default is inspect.Parameter.empty:
-            raise DialectError("dialect_argument", name=repr(p.name), adapter=adapter_hint(cls.__name__, names),
-                               accepted=said("accepted"))
-    name = (ANNOTATED if names[:2] == ["h", "d_model"] else f"({config})" if width is None or heads is None
-            else f"({width}, {heads})")
+            raise DialectError(
+                "dialect_argument",
+                name=repr(p.name),
+                adapter=adapter_hint(cls.__name__, names),
+                accepted=said("accepted"),
+            )
+    name = (
+        ANNOTATED
+        if names[:2] == ["h", "d_model"]
+        else f"({config})"
+        if width is None or heads is None
+        else f"({width}, {heads})"
+    )
     positional = [p for p in params if p.kind == p.POSITIONAL_ONLY]
     args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
     module = cls(*args, **kwargs)
@@ -141,6 +217,7 @@ def _materialize(module, d_in: int) -> None:
     """Give lazy layers (d2l's nn.LazyLinear) their shapes with one forward on zeros, so the grader's parameters
     can be loaded into them."""
     from torch.nn.parameter import UninitializedParameter
+
     if not any(isinstance(p, UninitializedParameter) for p in module.parameters()):
         return
     style, _ = forward_style(module)
@@ -164,8 +241,7 @@ def adapter_hint(name: str, names: list) -> str:
     """The smallest change that lets the grader build ``name``: a two-line subclass with a constructor it can
     fill in (the candidate replaces the dots with their own arguments)."""
     own = ", ".join(f"{n}=..." for n in names if n not in ("args", "kwargs")) or ""
-    return (f"class Graded({name}):  def __init__(self, d_model, num_heads, dropout=0.0): "
-            f"super().__init__({own})")
+    return f"class Graded({name}):  def __init__(self, d_model, num_heads, dropout=0.0): super().__init__({own})"
 
 
 def _role_of(prefix: str):
@@ -199,8 +275,9 @@ def parameter_map(module, d_model: int, d_in: int | None = None) -> dict:
         entry = found.setdefault(role, {"bias": None})
         entry[leaf] = name
         if leaf == "weight":
-            entry["layout"] = ("linear" if role != "qkv" else
-                               "rows" if tuple(p.shape) == (3 * d_model, d_in) else "columns")
+            entry["layout"] = (
+                "linear" if role != "qkv" else "rows" if tuple(p.shape) == (3 * d_model, d_in) else "columns"
+            )
     if "qkv" in found:
         needed = {"qkv", "o"}
     else:
@@ -209,12 +286,14 @@ def parameter_map(module, d_model: int, d_in: int | None = None) -> dict:
     if missing or unknown or set(found) - needed:
         problems = []
         if missing:
-            problems.append(said("no_projection", roles=said("list.comma", items=[said("projection_" + m)
-                                                                                  for m in missing])))
+            problems.append(
+                said("no_projection", roles=said("list.comma", items=[said("projection_" + m) for m in missing]))
+            )
         if unknown:
             problems.append(said("cannot_place", names=", ".join(unknown)))
-        raise DialectError("dialect_parameters", problems=said("list.semicolon", items=problems),
-                           accepted=said("accepted"))
+        raise DialectError(
+            "dialect_parameters", problems=said("list.semicolon", items=problems), accepted=said("accepted")
+        )
     return found
 
 
@@ -226,15 +305,16 @@ def load(module, pmap: dict, params: dict) -> list:
         for role, entry in pmap.items():
             if role == "qkv":
                 w = torch.cat([book[r][0] for r in "qkv"])
-                b = (None if any(book[r][1] is None for r in "qkv") else torch.cat([book[r][1] for r in "qkv"]))
+                b = None if any(book[r][1] is None for r in "qkv") else torch.cat([book[r][1] for r in "qkv"])
             else:
                 w, b = book[role]
             if entry["layout"] in ("matrix", "columns"):
                 w = w.T
             target = own[entry["weight"]]
             if tuple(target.shape) != tuple(w.shape):
-                raise DialectError("dialect_shape", name=entry["weight"], got=str(tuple(target.shape)),
-                                   need=str(tuple(w.shape)))
+                raise DialectError(
+                    "dialect_shape", name=entry["weight"], got=str(tuple(target.shape)), need=str(tuple(w.shape))
+                )
             target.copy_(w)
             if entry["bias"] is not None:  # a case without this bias: the module's is zero
                 own[entry["bias"]].copy_(b) if b is not None else own[entry["bias"]].zero_()
@@ -271,8 +351,9 @@ def book_grads(module, pmap: dict) -> dict:
 
 def forward_style(module) -> tuple[str, str | None]:
     """('x' | 'qkv', the mask parameter's name or None)."""
-    params = [p for p in _params(module.forward) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY,
-                                                                p.KEYWORD_ONLY)]
+    params = [
+        p for p in _params(module.forward) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY)
+    ]
     names = [p.name for p in params]
     mask = next((n for n in names if "mask" in n), None)
     required = [p.name for p in params if p.default is inspect.Parameter.empty]
@@ -284,16 +365,22 @@ def forward_style(module) -> tuple[str, str | None]:
 def _check_forward(module, style: str, mask_arg) -> None:
     """A forward with a required argument the grader cannot give (positions, a cache, ...) gets a DialectError
     that says what it tried and the two-line adapter, instead of a TypeError graded as wrong code."""
-    params = [p for p in _params(module.forward) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY,
-                                                                 p.KEYWORD_ONLY)]
+    params = [
+        p for p in _params(module.forward) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY)
+    ]
     given = 1 if style == "x" else 3
     extra = [p.name for p in params[given:] if p.default is inspect.Parameter.empty and p.name != mask_arg]
     if extra:
         names = [p.name for p in params]
         call = ", ".join(["x"] * given + [f"{n}=..." for n in extra])
-        raise DialectError("dialect_forward", names=", ".join(names), extra=", ".join(extra),
-                           adapter=f"class Graded({type(module).__name__}):  def forward(self, x, mask=None): "
-                                   f"return super().forward({call})", accepted=said("accepted"))
+        raise DialectError(
+            "dialect_forward",
+            names=", ".join(names),
+            extra=", ".join(extra),
+            adapter=f"class Graded({type(module).__name__}):  def forward(self, x, mask=None): "
+            f"return super().forward({call})",
+            accepted=said("accepted"),
+        )
 
 
 def make_mask(kind: int, batch: int, tokens: int, shape: str):
@@ -366,22 +453,55 @@ class Caller:
 
 _SEARCH_BUDGET = 32  # forward passes on the probe, every constructor mapping and placement together
 _ARG_ROLES = ("width", "heads", "head_width", "length", "dropout", "bias")
-_ARG_SHOWN = {"width": "d_model", "heads": "num_heads", "head_width": "head_dim", "length": "context_length",
-              "dropout": "dropout", "bias": "qkv_bias", "d_in": "d_in", "batch_first": "batch_first",
-              "config": "config"}
-_ARG_HINTS = (("bias", "bias"), ("drop", "dropout"), ("head_dim", "head_width"), ("dim_head", "head_width"),
-              ("head_size", "head_width"), ("d_head", "head_width"), ("d_k", "head_width"), ("head", "heads"),
-              ("len", "length"), ("ctx", "length"), ("seq", "length"), ("block", "length"), ("pos", "length"),
-              ("context", "length"), ("window", "length"), ("dim", "width"), ("emb", "width"), ("hid", "width"),
-              ("width", "width"), ("model", "width"), ("feat", "width"), ("size", "width"))
+_ARG_SHOWN = {
+    "width": "d_model",
+    "heads": "num_heads",
+    "head_width": "head_dim",
+    "length": "context_length",
+    "dropout": "dropout",
+    "bias": "qkv_bias",
+    "d_in": "d_in",
+    "batch_first": "batch_first",
+    "config": "config",
+}
+_ARG_HINTS = (
+    ("bias", "bias"),
+    ("drop", "dropout"),
+    ("head_dim", "head_width"),
+    ("dim_head", "head_width"),
+    ("head_size", "head_width"),
+    ("d_head", "head_width"),
+    ("d_k", "head_width"),
+    ("head", "heads"),
+    ("len", "length"),
+    ("ctx", "length"),
+    ("seq", "length"),
+    ("block", "length"),
+    ("pos", "length"),
+    ("context", "length"),
+    ("window", "length"),
+    ("dim", "width"),
+    ("emb", "width"),
+    ("hid", "width"),
+    ("width", "width"),
+    ("model", "width"),
+    ("feat", "width"),
+    ("size", "width"),
+)
 
 
 def _role_of_arg(name: str):
     """The role a constructor argument's name gives it, or None when no rule names it."""
     if name in ("d_in", "d_out") or name in _WIDTH:
         return "d_in" if name == "d_in" else "width"
-    for names, role in ((_HEADS, "heads"), (_HEAD_WIDTH, "head_width"), (_LENGTH, "length"), (_BIAS, "bias"),
-                        (_BATCH_FIRST, "batch_first"), (_CONFIG, "config")):
+    for names, role in (
+        (_HEADS, "heads"),
+        (_HEAD_WIDTH, "head_width"),
+        (_LENGTH, "length"),
+        (_BIAS, "bias"),
+        (_BATCH_FIRST, "batch_first"),
+        (_CONFIG, "config"),
+    ):
         if name in names:
             return role
     if name in _DROPOUT or "drop" in name:
@@ -431,18 +551,27 @@ def ctor_mappings(cls) -> list:
 
 
 def _value(role: str, ctor: dict, square: bool):
-    return {"d_in": ctor["d_out"] if square else ctor["d_in"], "width": ctor["d_out"], "heads": ctor["num_heads"],
-            "head_width": ctor["d_out"] // ctor["num_heads"], "length": ctor["context_length"],
-            "dropout": ctor["dropout"], "bias": True if square else bool(ctor.get("qkv_bias")),
-            "batch_first": True}.get(role, Config(ctor) if role == "config" else None)
+    return {
+        "d_in": ctor["d_out"] if square else ctor["d_in"],
+        "width": ctor["d_out"],
+        "heads": ctor["num_heads"],
+        "head_width": ctor["d_out"] // ctor["num_heads"],
+        "length": ctor["context_length"],
+        "dropout": ctor["dropout"],
+        "bias": True if square else bool(ctor.get("qkv_bias")),
+        "batch_first": True,
+    }.get(role, Config(ctor) if role == "config" else None)
 
 
 def build_mapped(cls, ctor: dict, mapping: dict, square: bool = True):
     """(module, dialect name, the mapping in words): ``cls`` built with each argument of ``mapping`` given its
     role's value."""
     params = _params(cls.__init__)
-    kwargs = {p.name: _value(mapping[p.name], ctor, square) for p in params if p.name in mapping
-              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    kwargs = {
+        p.name: _value(mapping[p.name], ctor, square)
+        for p in params
+        if p.name in mapping and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
     positional = [p for p in params if p.kind == p.POSITIONAL_ONLY]
     args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
     module = cls(*args, **kwargs)
@@ -452,9 +581,15 @@ def build_mapped(cls, ctor: dict, mapping: dict, square: bool = True):
     width = next((n for n in names if mapping.get(n) in ("width", "d_in")), None)
     heads = next((n for n in names if mapping.get(n) in ("heads", "head_width")), None)
     config = next((n for n in names if mapping.get(n) == "config"), None)
-    name = (BOOK if names[:5] == ["d_in", "d_out", "context_length", "dropout", "num_heads"] else ANNOTATED
-            if names[:2] == ["h", "d_model"] else f"({config})" if width is None or heads is None
-            else f"({width}, {heads})")
+    name = (
+        BOOK
+        if names[:5] == ["d_in", "d_out", "context_length", "dropout", "num_heads"]
+        else ANNOTATED
+        if names[:2] == ["h", "d_model"]
+        else f"({config})"
+        if width is None or heads is None
+        else f"({width}, {heads})"
+    )
     said_map = ", ".join(f"{n}={_ARG_SHOWN[mapping[n]]}" for n in names if n in mapping)
     return module, name, said_map
 
@@ -470,9 +605,20 @@ def _hint(name: str) -> str:
         if role:
             return "qkv" if role == "qkv" else role
         bare = part.replace("_", "")
-        for pattern, roles in (("qkv", "qkv"), ("kv", "kv"), ("query", "q"), ("key", "k"), ("value", "v"),
-                               ("val", "v"), ("out", "o"), ("proj", "o"), ("merge", "o"), ("fc", "o"),
-                               ("dense", "o"), ("combine", "o")):
+        for pattern, roles in (
+            ("qkv", "qkv"),
+            ("kv", "kv"),
+            ("query", "q"),
+            ("key", "k"),
+            ("value", "v"),
+            ("val", "v"),
+            ("out", "o"),
+            ("proj", "o"),
+            ("merge", "o"),
+            ("fc", "o"),
+            ("dense", "o"),
+            ("combine", "o"),
+        ):
             if pattern in bare:
                 return roles
         for letter in "qkvo":
@@ -527,9 +673,9 @@ def _bias_key(name: str) -> str:
     last = name.rsplit(".", 1)[-1].lower().replace("_", "")
     for affix in ("bias", "b"):
         if last.startswith(affix):
-            return last[len(affix):]
+            return last[len(affix) :]
         if last.endswith(affix):
-            return last[:-len(affix)]
+            return last[: -len(affix)]
     return last
 
 
@@ -537,9 +683,9 @@ def _weight_key(name: str) -> str:
     last = name.rsplit(".", 1)[-1].lower().replace("_", "")
     for affix in ("weight", "w"):
         if last.startswith(affix):
-            return last[len(affix):]
+            return last[len(affix) :]
         if last.endswith(affix):
-            return last[:-len(affix)]
+            return last[: -len(affix)]
     return last
 
 
@@ -558,10 +704,15 @@ def _stack_heads(units, own, heads: int, inner: int):
         pattern = re.sub(r"(^|\.)\d+(\.|$)", r"\1#\2", u.name)
         group = groups.get(pattern, [])
         w = own[u.weights[0]]
-        if (len(group) == heads > 1 and w.dim() == 2 and inner // heads in w.shape
-                and all(g.biases or not u.biases for g in group)):
-            stacked = _Unit(pattern, [g.weights[0] for g in group], [b for g in group for b in g.biases], u.linear,
-                            u.order)
+        if (
+            len(group) == heads > 1
+            and w.dim() == 2
+            and inner // heads in w.shape
+            and all(g.biases or not u.biases for g in group)
+        ):
+            stacked = _Unit(
+                pattern, [g.weights[0] for g in group], [b for g in group for b in g.biases], u.linear, u.order
+            )
             out.append(stacked)
             merged |= {id(g) for g in group}
         else:
@@ -584,10 +735,12 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
             if shape != ((d_in, hd) if transposed else (hd, d_in)):
                 continue
             for r in "qkv":
+
                 def fill(book, r=r, t=transposed):
-                    ws = [book[r][0][h * hd:(h + 1) * hd] for h in range(heads)]
-                    bs = [book[r][1][h * hd:(h + 1) * hd] for h in range(heads)]
+                    ws = [book[r][0][h * hd : (h + 1) * hd] for h in range(heads)]
+                    bs = [book[r][1][h * hd : (h + 1) * hd] for h in range(heads)]
                     return [w.T if t else w for w in ws], bs
+
                 found.append((r, f"per head{' (x @ W)' if transposed else ''}", fill))
         return found
     if len(shape) == 3:  # a per-head tensor
@@ -595,18 +748,40 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
             return found
         for r in "qkv":
             if shape[1:] == (d_in, hd):
-                found.append((r, "(heads, d_model, head_dim)",
-                              lambda book, r=r: ([book[r][0].view(heads, hd, d_in).transpose(1, 2)],
-                                                 [book[r][1].view(heads, hd)])))
+                found.append(
+                    (
+                        r,
+                        "(heads, d_model, head_dim)",
+                        lambda book, r=r: (
+                            [book[r][0].view(heads, hd, d_in).transpose(1, 2)],
+                            [book[r][1].view(heads, hd)],
+                        ),
+                    )
+                )
             if shape[1:] == (hd, d_in):
-                found.append((r, "(heads, head_dim, d_model)",
-                              lambda book, r=r: ([book[r][0].view(heads, hd, d_in)], [book[r][1].view(heads, hd)])))
+                found.append(
+                    (
+                        r,
+                        "(heads, head_dim, d_model)",
+                        lambda book, r=r: ([book[r][0].view(heads, hd, d_in)], [book[r][1].view(heads, hd)]),
+                    )
+                )
         if shape[1:] == (hd, d_out):
-            found.append(("o", "(heads, head_dim, d_model)",
-                          lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 2, 0)], [book["o"][1]])))
+            found.append(
+                (
+                    "o",
+                    "(heads, head_dim, d_model)",
+                    lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 2, 0)], [book["o"][1]]),
+                )
+            )
         if shape[1:] == (d_out, hd):
-            found.append(("o", "(heads, d_model, head_dim)",
-                          lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 0, 2)], [book["o"][1]])))
+            found.append(
+                (
+                    "o",
+                    "(heads, d_model, head_dim)",
+                    lambda book: ([book["o"][0].view(d_out, heads, hd).permute(1, 0, 2)], [book["o"][1]]),
+                )
+            )
         return found
     for transposed in (False, True) if not unit.linear else (False,):
         rows, cols = (shape[1], shape[0]) if transposed else shape
@@ -614,6 +789,7 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
 
         def oriented(w, t=transposed):
             return w.T if t else w
+
         if cols == d_in and rows == inner:
             for r in "qkv":
                 found.append((r, "linear" + how, lambda book, r=r, o=oriented: ([o(book[r][0])], [book[r][1]])))
@@ -624,6 +800,7 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
                 continue
             for order in orders:
                 for layout in ("rows", "heads"):
+
                     def fill(book, order=order, layout=layout, o=oriented, n=n):
                         ws, bs = [book[r][0] for r in order], [book[r][1] for r in order]
                         if layout == "rows":  # [q; k; v]: the (3, heads, head_dim) layout
@@ -631,6 +808,7 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
                         w = torch.stack([x.view(heads, hd, d_in) for x in ws], 1).reshape(n * inner, d_in)
                         b = torch.stack([x.view(heads, hd) for x in bs], 1).reshape(n * inner)
                         return [o(w)], [b]  # per head interleaved: the (heads, 3, head_dim) layout
+
                     shown = "[" + ";".join(order) + "]" if layout == "rows" else f"(heads, {n}, head_dim) {order}"
                     found.append((order, shown + how, fill))
     return found
@@ -668,8 +846,9 @@ class Placement:
         return pairs
 
     def no_bias(self) -> list:
-        return sorted({r for unit, (roles, _, _) in zip(self.units, self.choice, strict=True) if not unit.biases
-                       for r in roles})
+        return sorted(
+            {r for unit, (roles, _, _) in zip(self.units, self.choice, strict=True) if not unit.biases for r in roles}
+        )
 
     def load(self, module, params: dict) -> list:
         self.params = params
@@ -677,8 +856,9 @@ class Placement:
         with torch.no_grad():
             for name, value in self.tensors(self._book(params)):
                 if tuple(own[name].shape) != tuple(value.shape):
-                    raise DialectError("dialect_shape", name=name, got=str(tuple(own[name].shape)),
-                                       need=str(tuple(value.shape)))
+                    raise DialectError(
+                        "dialect_shape", name=name, got=str(tuple(own[name].shape)), need=str(tuple(value.shape))
+                    )
                 own[name].copy_(value.reshape(own[name].shape))
         return self.no_bias()
 
@@ -690,11 +870,11 @@ class Placement:
         leaves = [t for r in "qkvo" for t in book[r]]
         outs = [v for _, v in pairs]
         gs = [own[n].grad if own[n].grad is not None else torch.zeros_like(own[n]) for n, _ in pairs]
-        got = torch.autograd.grad(outs, leaves, [g.reshape(v.shape) for g, v in zip(gs, outs, strict=True)],
-                                  allow_unused=True)
+        got = torch.autograd.grad(
+            outs, leaves, [g.reshape(v.shape) for g, v in zip(gs, outs, strict=True)], allow_unused=True
+        )
         grads = {}
-        for (r, kind), g, leaf in zip([(r, k) for r in "qkvo" for k in ("weight", "bias")], got, leaves,
-                                      strict=True):
+        for (r, kind), g, leaf in zip([(r, k) for r in "qkvo" for k in ("weight", "bias")], got, leaves, strict=True):
             name = f"{_BOOK[r]}.{kind}"
             if kind == "bias" and _BOOK[r] + ".bias" not in params:
                 continue
@@ -746,12 +926,17 @@ def placements(module, d_in: int, d_out: int, heads: int) -> list:
         sequence = "".join(roles for roles, _, _ in choice)
         for unit, (roles, label, _) in zip(units, choice, strict=True):
             if unit.hint:
-                score += 3 if unit.hint == roles or (len(unit.hint) > 1 and set(unit.hint) == set(roles)) else (
-                    1 if set(unit.hint) & set(roles) and len(roles) == 1 and unit.hint in ("qkv", "kv") else -3)
+                score += (
+                    3
+                    if unit.hint == roles or (len(unit.hint) > 1 and set(unit.hint) == set(roles))
+                    else (1 if set(unit.hint) & set(roles) and len(roles) == 1 and unit.hint in ("qkv", "kv") else -3)
+                )
             score -= 0.5 * ("(heads, 3" in label or "(heads, 2" in label) + 0.25 * ("x @ W" in label)
-        score += sum(1 for i, a in enumerate(sequence) for b in sequence[i + 1:] if "qkvo".index(a) < "qkvo".index(b))
-        label = ", ".join(f"{u.name or 'self'}→" + (f"{roles} {lab}" if len(roles) == 1 else lab).replace(" linear", "")
-                          for u, (roles, lab, _) in zip(units, choice, strict=True))
+        score += sum(1 for i, a in enumerate(sequence) for b in sequence[i + 1 :] if "qkvo".index(a) < "qkvo".index(b))
+        label = ", ".join(
+            f"{u.name or 'self'}→" + (f"{roles} {lab}" if len(roles) == 1 else lab).replace(" linear", "")
+            for u, (roles, lab, _) in zip(units, choice, strict=True)
+        )
         ranked.append(Placement(units, choice, label, score))
     ranked.sort(key=lambda p: -p.score)
     return ranked

@@ -6,6 +6,7 @@ that it runs inside the sandbox with nothing of the grader importable.
 
 Sandboxed use: python harness.py PLAN.pt RESULT.pt. In-process use: ``run_exercise`` (the notebooks' check).
 """
+
 from __future__ import annotations
 
 import linecache
@@ -26,8 +27,15 @@ except ImportError:  # sandboxed: harness.py, dialects.py and texts.py side by s
 
 # fused attention, as the dispatcher names its ops (aten::scaled_dot_product_attention and its CPU/flash/
 # efficient/cuDNN/math kernels, nn.MultiheadAttention's fast path) and as torch names FlexAttention's operator
-FUSED_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
-             "multi_head_attention", "transformer_encoder_layer", "flex_attention")
+FUSED_OPS = (
+    "scaled_dot_product",
+    "flash_attention",
+    "efficient_attention",
+    "cudnn_attention",
+    "multi_head_attention",
+    "transformer_encoder_layer",
+    "flex_attention",
+)
 PROFILER_STOPPED = "profiler:stopped"  # what the tracer records when the submission stopped it
 MAX_MESSAGE = 1600  # long enough that a list of what is accepted is never cut
 
@@ -59,8 +67,11 @@ def load_params(module, params: dict) -> None:
             problems.append(said("param_shape", name=name, got=_shape(own[name].shape), need=_shape(value.shape)))
     extra = sorted(set(own) - set(params))
     if extra:
-        problems.append(said("param_extra_bias" if any(e.endswith(".bias") for e in extra) else "param_extra",
-                             names=", ".join(extra)))
+        problems.append(
+            said(
+                "param_extra_bias" if any(e.endswith(".bias") for e in extra) else "param_extra", names=", ".join(extra)
+            )
+        )
     if problems:
         shown = said("list.semicolon", items=problems[:4])
         if len(problems) > 4:
@@ -71,8 +82,11 @@ def load_params(module, params: dict) -> None:
             own[name].copy_(value)
 
 
-_NOT_LEARNER = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(torch.__file__),
-                os.path.dirname(os.__file__))
+_NOT_LEARNER = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    os.path.dirname(torch.__file__),
+    os.path.dirname(os.__file__),
+)
 
 
 def _learner_frame(exc: BaseException, learner_files):
@@ -101,18 +115,33 @@ def describe_exception(exc: BaseException, learner_files=None, where: str = "for
     if frame is not None:
         src = (frame.line or "").strip()
         line = f"line {frame.lineno}" + (f": {src}" if src else "")[:MAX_MESSAGE]
-        line_said = said("at_line", line=str(frame.lineno), src=src) if src else said("at_line_bare",
-                                                                                      line=str(frame.lineno))
-    message_said = (said("timed_out") if isinstance(exc, CellTimeout) else said("out_of_memory")
-                    if isinstance(exc, MemoryError) else getattr(exc, "said", None) if isinstance(exc, Said) else None)
+        line_said = (
+            said("at_line", line=str(frame.lineno), src=src) if src else said("at_line_bare", line=str(frame.lineno))
+        )
+    message_said = (
+        said("timed_out")
+        if isinstance(exc, CellTimeout)
+        else said("out_of_memory")
+        if isinstance(exc, MemoryError)
+        else getattr(exc, "said", None)
+        if isinstance(exc, Said)
+        else None
+    )
     if message_said is not None:
         message = english(message_said)
     else:
         text = str(exc).strip()
         message = text.splitlines()[0] if text else ""
-    return {"type": type(exc).__name__, "message": message[:MAX_MESSAGE], "line": line, "where": where,
-            "not_implemented": _stub(exc), "contract": isinstance(exc, ContractError),
-            "said": message_said, "line_said": line_said}
+    return {
+        "type": type(exc).__name__,
+        "message": message[:MAX_MESSAGE],
+        "line": line,
+        "where": where,
+        "not_implemented": _stub(exc),
+        "contract": isinstance(exc, ContractError),
+        "said": message_said,
+        "line_said": line_said,
+    }
 
 
 def _fused(name: str) -> bool:
@@ -123,6 +152,7 @@ class _Traced(torch.Tensor):
     """An input that records the torch functions applied to it and to everything computed from it, in any
     thread: sees nn.MultiheadAttention's Python-level forward, which computes its weights without a fused op.
     Only torch's own functions count: a learner's helper of the same name never reaches this hook."""
+
     seen: set = set()
 
     @classmethod
@@ -131,8 +161,13 @@ class _Traced(torch.Tensor):
         owner = getattr(func, "__module__", "") or ""
         if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):  # torch.ops.<namespace>.<op>
             owner = "torch" if getattr(func, "_qualified_op_name", "").startswith("aten::") else "torch.ops"
-        if (isinstance(name, str) and isinstance(owner, str) and _fused(name) and owner.startswith("torch")
-                and not owner.startswith("torch.ops")):
+        if (
+            isinstance(name, str)
+            and isinstance(owner, str)
+            and _fused(name)
+            and owner.startswith("torch")
+            and not owner.startswith("torch.ops")
+        ):
             cls.seen.add(("F." if owner == "torch.nn.functional" else "") + name)
         return super().__torch_function__(func, types, args, kwargs or {})
 
@@ -153,8 +188,9 @@ class FusedTracer:
         from torch._C._profiler import ProfilerActivity, _ExperimentalConfig
         from torch.autograd import ProfilerConfig, ProfilerState, _enable_profiler, _prepare_profiler
 
-        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
-                                _ExperimentalConfig(profile_all_threads=True))
+        config = ProfilerConfig(
+            ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig(profile_all_threads=True)
+        )
         activities = {ProfilerActivity.CPU}
         level = os.environ.get(_KINETO_LOG_LEVEL)
         os.environ[_KINETO_LOG_LEVEL] = "6"  # the profiler's library logs its start and stop on stderr unless told
@@ -178,12 +214,14 @@ class FusedTracer:
             if isinstance(name, str) and _fused(name):
                 seen.add(name)
             return original(op, *args, **kwargs)
+
         hop.__call__ = watched
         return self
 
     @staticmethod
     def _disable():
         from torch.autograd import _disable_profiler
+
         return _disable_profiler()
 
     def __exit__(self, *exc):
@@ -276,6 +314,7 @@ class PeakMemory:
     def __enter__(self):
         import ctypes
         import gc
+
         self.rise, self.start = None, None
         gc.collect()
         try:
@@ -378,21 +417,35 @@ def _dialect_module(cls, case, ctor, record, settled: dict, square: bool = True)
         settled["mask"] = caller.settle(case["calls"][0]["x"])
         settled["how"] = caller.kind, caller.shape
     caller.kind, caller.shape = settled["how"]
-    record["dialect"] = {"name": name, "mask": settled["mask"], "no_bias": no_bias, "square": square,
-                         "ctor": said_map, "placement": placement.label}
+    record["dialect"] = {
+        "name": name,
+        "mask": settled["mask"],
+        "no_bias": no_bias,
+        "square": square,
+        "ctor": said_map,
+        "placement": placement.label,
+    }
     return module, caller, placement
 
 
-def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool = False, ctor=None,
-             settled=None, square: bool = True, unwrap: bool = False) -> dict:
+def run_case(
+    cls,
+    ctor_args: list,
+    case: dict,
+    learner_files=None,
+    trace: bool = False,
+    ctor=None,
+    settled=None,
+    square: bool = True,
+    unwrap: bool = False,
+) -> dict:
     """Everything the verdict needs about one case, as plain data; never raises for learner bugs.
     With ``ctor`` (the constructor's values by name), the class may be written in any interview dialect."""
     record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
     pmap = None
     try:
         if ctor is not None:
-            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled,
-                                                   square)
+            module, caller, pmap = _dialect_module(cls, case, ctor, record, {} if settled is None else settled, square)
         else:
             module = caller = cls(*ctor_args)
             if unwrap:  # interview mode: the book's class may return (out, attention weights)
@@ -422,15 +475,21 @@ def run_case(cls, ctor_args: list, case: dict, learner_files=None, trace: bool =
         for step, call in enumerate(case["calls"], start=1):
             tag = f"step{step}"
             module.train(bool(call["train"]))
-            past = (presents.get(call["past"]) if isinstance(call["past"], int) else
-                    case.get("given_past") if call["past"] == "given" else None)
+            past = (
+                presents.get(call["past"])
+                if isinstance(call["past"], int)
+                else case.get("given_past")
+                if call["past"] == "given"
+                else None
+            )
             torch.manual_seed(call["seed"])
             with torch.set_grad_enabled(call.get("grad") is not None):
                 if call.get("tile_bound") is not None:  # MLA's absorbed call: no per-head K/V as large as the bound
                     with _largest_float_tensor() as tracker:
                         out, present, x = _call(caller, call, past)
                     outputs[f"{tag}.{call['bound_label']}"] = torch.tensor(
-                        1.0 if tracker.numel <= call["tile_bound"] else 0.0)
+                        1.0 if tracker.numel <= call["tile_bound"] else 0.0
+                    )
                 else:
                     out, present, x = _call(caller, call, past)
                 outputs[f"{tag}.out"] = _plain(out)
@@ -494,11 +553,15 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
             pass
     dialected = bool(plan.get("dialects"))
     if not plan.get("trace"):
-        return [run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
-                for i, case in enumerate(cases)]
+        return [
+            run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
+            for i, case in enumerate(cases)
+        ]
     with FusedTracer() as tracer:  # every call of every case, training and eval mode, backward included
-        records = [run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled, square, dialected)
-                   for i, case in enumerate(cases)]
+        records = [
+            run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled, square, dialected)
+            for i, case in enumerate(cases)
+        ]
     for record in records:
         record["calls"] = sorted(set(record["calls"]) | tracer.seen)
     return records
@@ -529,8 +592,12 @@ def defined_modules(namespace: dict) -> list:
     """The nn.Module subclasses the submission defined (not imported), each once, in the order defined."""
     seen = {}
     for value in list(namespace.values()):
-        if (isinstance(value, type) and issubclass(value, nn.Module) and value.__module__ == "__main__"
-                and id(value) not in seen):
+        if (
+            isinstance(value, type)
+            and issubclass(value, nn.Module)
+            and value.__module__ == "__main__"
+            and id(value) not in seen
+        ):
             seen[id(value)] = value
     return list(seen.values())
 
@@ -542,11 +609,19 @@ def _first_error(cls, spec: dict, learner_files=None):
     """Where ``cls`` fails on the first case of ``spec`` ("construct", "load", "forward", ...), "" when it runs,
     None when it cannot even be tried."""
     try:
-        record = run_exercise(cls, {**spec, "cases": spec["cases"][:1], "ctor_args": spec["ctor_args"][:1],
-                                    "ctors": spec.get("ctors", [None])[:1],
-                                    "square_cases": spec.get("square_cases", [])[:1],
-                                    "square_ctors": spec.get("square_ctors", [])[:1], "trace": False},
-                              learner_files)[0]
+        record = run_exercise(
+            cls,
+            {
+                **spec,
+                "cases": spec["cases"][:1],
+                "ctor_args": spec["ctor_args"][:1],
+                "ctors": spec.get("ctors", [None])[:1],
+                "square_cases": spec.get("square_cases", [])[:1],
+                "square_ctors": spec.get("square_ctors", [])[:1],
+                "trace": False,
+            },
+            learner_files,
+        )[0]
     except Exception:  # noqa: BLE001 - a class that cannot even be tried does not fit
         return None
     error = record.get("error")
@@ -604,6 +679,7 @@ def layer_head_answer(value):
 
 def _run_on_model(fn, state: dict, learner_files, timeout: float) -> dict:
     from course_utils.gpt import GPT  # mounted only in the sandbox of this exercise
+
     record = {"error": None, "answer": None, "calls": []}
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
@@ -625,6 +701,7 @@ def _get_ipython_stub():
     class _Shell:  # nbconvert exports call get_ipython().run_line_magic(...): nothing to do when grading
         def __getattr__(self, name):
             return lambda *args, **kwargs: None
+
     return _Shell()
 
 
@@ -651,6 +728,7 @@ def _number_answer(value):
 def main(result_fd: int) -> None:
     """Read the plan from stdin, run the submission, write the result to ``result_fd`` (a pipe)."""
     import io
+
     plan = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)
     sys.stdin.close()
     torch.set_num_threads(1)
@@ -664,6 +742,7 @@ def main(result_fd: int) -> None:
     def note(key, **args):
         notes_said.append(said(key, **args))
         notes.append(english(notes_said[-1]))
+
     for cell in plan["cells"]:
         filename = f"<cell {cell['index']}>"
         linecache.cache[filename] = (len(cell["source"]), None, cell["source"].splitlines(True), filename)
@@ -689,8 +768,10 @@ def main(result_fd: int) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
-    answers = [(str(q)[:80], None if v is None else _number_answer(v))  # None: not answered (yet)
-               for q, v in learner_grade.ANSWERS[:20]]
+    answers = [
+        (str(q)[:80], None if v is None else _number_answer(v))  # None: not answered (yet)
+        for q, v in learner_grade.ANSWERS[:20]
+    ]
     result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 
     def missing(entry, key, **args):
@@ -713,11 +794,17 @@ def main(result_fd: int) -> None:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             if cls is None:
                 if found:
-                    missing(entry, "no_class_fits" if spec.get("dialects") else "no_class_found", name=spec["class"],
-                            found=", ".join(found), exercise=ex)
+                    missing(
+                        entry,
+                        "no_class_fits" if spec.get("dialects") else "no_class_found",
+                        name=spec["class"],
+                        found=", ".join(found),
+                        exercise=ex,
+                    )
                 else:
-                    missing(entry, "no_module" if spec.get("dialects") else "no_" + kind, name=spec["class"],
-                            exercise=ex)
+                    missing(
+                        entry, "no_module" if spec.get("dialects") else "no_" + kind, name=spec["class"], exercise=ex
+                    )
                 continue
         if not (callable(cls) if spec.get("function") else isinstance(cls, type)):
             found = defined_modules(namespace)
@@ -743,8 +830,10 @@ def main(result_fd: int) -> None:
             result["exercises"][ex] = {"missing": None, "records": []}
             missing(result["exercises"][ex], "no_function", name=spec["function"])
             continue
-        result["exercises"][ex] = {"missing": None, "records": [_run_on_model(fn, state, learner_files, timeout)
-                                                                for state in spec["checkpoints"]]}
+        result["exercises"][ex] = {
+            "missing": None,
+            "records": [_run_on_model(fn, state, learner_files, timeout) for state in spec["checkpoints"]],
+        }
     buffer = io.BytesIO()
     torch.save(result, buffer)
     with os.fdopen(result_fd, "wb") as out:

@@ -5,23 +5,26 @@ strings or more said forms (``list.semicolon`` / ``list.comma`` join a list of t
 sandbox, renders the said form in the learner's language from its catalogue (``course_utils.grade.messages``,
 which holds the Chinese for these keys); the child never sees that catalogue. Standard library only.
 """
+
 from __future__ import annotations
 
 # the interview dialects the grader can map (dialects.py): quoted whenever a class cannot be mapped
-ACCEPTED = ("any nn.Module class (one in the file: that one; several: the one check() names, else the one that "
-            "runs); the constructor filled in by name: d_in/d_out (the book's, in any order), d_model | embed_dim | "
-            "hidden_size | dim | n_embd | num_hiddens, num_heads | n_heads | n_head | nhead | heads | h or head_dim, "
-            "dropout, context_length | block_size | ctx_len, bias | qkv_bias, batch_first, or one config object; "
-            "projections named (in any case) W_query/W_key/W_value/out_proj, q_proj/k_proj/v_proj/o_proj, "
-            "W_q/W_k/W_v/W_o, wq/wk/wv/wo, w_q/w_k/w_v/w_out or query/key/value/out (nn.Linear, bias optional, or "
-            "bare matrices used as x @ W), linears[0..3], or one fused qkv / c_attn / in_proj (q, k, v in that "
-            "order); forward(x[, mask]) or forward(query, key, value[, mask]), returning out or (out, weights)")
+ACCEPTED = (
+    "any nn.Module class (one in the file: that one; several: the one check() names, else the one that "
+    "runs); the constructor filled in by name: d_in/d_out (the book's, in any order), d_model | embed_dim | "
+    "hidden_size | dim | n_embd | num_hiddens, num_heads | n_heads | n_head | nhead | heads | h or head_dim, "
+    "dropout, context_length | block_size | ctx_len, bias | qkv_bias, batch_first, or one config object; "
+    "projections named (in any case) W_query/W_key/W_value/out_proj, q_proj/k_proj/v_proj/o_proj, "
+    "W_q/W_k/W_v/W_o, wq/wk/wv/wo, w_q/w_k/w_v/w_out or query/key/value/out (nn.Linear, bias optional, or "
+    "bare matrices used as x @ W), linears[0..3], or one fused qkv / c_attn / in_proj (q, k, v in that "
+    "order); forward(x[, mask]) or forward(query, key, value[, mask]), returning out or (out, weights)"
+)
 
 TEXTS = {
     # loading the grader's parameters and calling the learner's module (harness.py)
     "not_module": "the class must be an nn.Module, got {type}",
     "param_missing": "the contract needs a parameter {name} ({layer} as an nn.Linear with a {kind}); your module "
-                     "has none",
+    "has none",
     "param_shape": "{name} has shape {got} but the contract needs {need}",
     "param_extra": "parameters the contract does not have: {names}",
     "param_extra_bias": "parameters the contract does not have: {names} (is qkv_bias ignored?)",
@@ -43,29 +46,29 @@ TEXTS = {
     "no_class": "no class {name} found",
     "no_class_found": "no class {name} found; the classes defined are: {found}",
     "no_class_fits": "no class {name}, and none of the classes defined ({found}) could be graded as multi-head "
-                     "attention on its own: name the one to grade, check(\"{exercise}\", YourClass)",
+    'attention on its own: name the one to grade, check("{exercise}", YourClass)',
     "no_module": "no nn.Module class found (interview mode grades any nn.Module subclass the file defines, "
-                 "{name} or another name)",
+    "{name} or another name)",
     "no_function": "no function {name} found",
     "not_class": "{name} is not a class",
     "not_function": "{name} is not a function",
     "stopped": "grading {exercise} stopped: {message}",
     # the learner site's course_utils (learner_site/course_utils/__init__.py)
     "course_numbers": "course_utils.{name} is not available while a submission is graded: interview mode asks for "
-                      "its numbers, work them out yourself",
+    "its numbers, work them out yourself",
     "course_withheld": "course_utils.{name} is not available while a submission is graded: the exercise asks you "
-                       "to write it yourself (available: {available})",
+    "to write it yourself (available: {available})",
     # interview mode's dialects (dialects.py)
     "accepted": ACCEPTED,
     "no_parameters": "no parameters",
     "dialect_constructor": "cannot map the constructor ({names}): the grader fills in the model width and the "
-                           "number of heads by name and found neither; the smallest fix is a two-line adapter "
-                           "beside your class: {adapter}; interview mode accepts: {accepted}",
+    "number of heads by name and found neither; the smallest fix is a two-line adapter "
+    "beside your class: {adapter}; interview mode accepts: {accepted}",
     "dialect_argument": "the constructor needs {name}, which the grader cannot fill in by name; the smallest fix is "
-                        "a two-line adapter beside your class: {adapter}; interview mode accepts: {accepted}",
+    "a two-line adapter beside your class: {adapter}; interview mode accepts: {accepted}",
     "dialect_forward": "cannot call forward({names}): the grader passes x (or query, key, value) and a mask, and "
-                       "has nothing to give for {extra}; the smallest fix is a two-line adapter beside your class: "
-                       "{adapter}; interview mode accepts: {accepted}",
+    "has nothing to give for {extra}; the smallest fix is a two-line adapter beside your class: "
+    "{adapter}; interview mode accepts: {accepted}",
     "dialect_parameters": "{problems}. Interview mode accepts: {accepted}",
     "no_projection": "no {roles}",
     "projection_q": "query projection",

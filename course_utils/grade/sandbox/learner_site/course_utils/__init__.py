@@ -3,6 +3,7 @@ records which class to grade), beside the top-level modules of the course's cour
 device helpers, the figures). The reference implementations (``reference/``), the capstone's model
 (``capstone/``, mounted only where the capstone's function is graded alone) and the grader are not here; nor are
 the cache-size formulas, whose numbers interview mode asks for."""
+
 import sys
 from pathlib import Path
 
@@ -29,11 +30,14 @@ class Withheld(Said, AttributeError):
 
 def _error(cls, base, key, **args):
     if Said is Exception:  # no texts to say it with: the English
-        return base({"course_numbers": "course_utils.{name} is not available while a submission is graded: "
-                                       "interview mode asks for its numbers, work them out yourself",
-                     "course_withheld": "course_utils.{name} is not available while a submission is graded: the "
-                                        "exercise asks you to write it yourself (available: {available})"}[key]
-                    .format(**args))
+        return base(
+            {
+                "course_numbers": "course_utils.{name} is not available while a submission is graded: "
+                "interview mode asks for its numbers, work them out yourself",
+                "course_withheld": "course_utils.{name} is not available while a submission is graded: the "
+                "exercise asks you to write it yourself (available: {available})",
+            }[key].format(**args)
+        )
     return cls(key, **args)
 
 
@@ -51,4 +55,5 @@ def __getattr__(name):
 
 if (Path(__file__).parent / "capstone").is_dir():  # mounted only where the capstone's function is graded
     from .capstone import gpt, induction
+
     sys.modules[f"{__name__}.gpt"], sys.modules[f"{__name__}.induction"] = gpt, induction

@@ -1,5 +1,6 @@
 """check() while grading: it records which class the submission asks to grade; the verdict comes later,
 from the grader outside this process."""
+
 REQUESTS = []
 
 
