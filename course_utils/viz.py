@@ -116,7 +116,13 @@ elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
     # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts
     notice_missing_cjk_font()
 
-if os.environ.get(figure_check.CHECK_ENV_VAR) and "ipykernel" in sys.modules:
+def _in_a_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (not merely one that imported ipykernel, as nbval's pytest does)."""
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    return kernelapp is not None and kernelapp.IPKernelApp.initialized()
+
+
+if os.environ.get(figure_check.CHECK_ENV_VAR) and _in_a_kernel():
     # the kernels of the test suite's nbval run (tests/conftest.py): every figure is checked before it is shown
     figure_check.check_when_drawn(chinese=speaks_chinese)
 

@@ -49,7 +49,11 @@ LAYERS = [
         "course_utils.grade.source",
         "course_utils.grade.points",
     ],  # plan, verdict, reading, points
-    ["course_utils.grade.runner"],  # one submission
+    [
+        "course_utils.grade.runner",
+        "course_utils.grade.history",
+        "course_utils.grade.class_report",
+    ],  # one submission; a learner's own record; the class report
     [
         "course_utils.grade.batch",
         "course_utils.grade.progress",

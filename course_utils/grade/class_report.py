@@ -96,34 +96,52 @@ def slowest(learners: list, count: int = SLOWEST) -> list:
 # ---------------------------------------------------------------------------------------------------- the figure
 
 
-def distribution_svg(counts: dict, lang: str) -> str:
-    """A stacked bar per exercise (learners in each score band), as inline SVG text."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+def distribution_figure(counts: dict, lang: str):
+    """A stacked bar per exercise: how many learners fall in each score band."""
     import matplotlib.pyplot as plt
 
     from ..viz import cjk_font
 
     exercises = list(counts)
-    rc = {"svg.fonttype": "path"}
-    if lang == "zh" and cjk_font():
-        rc["font.family"] = ["DejaVu Sans", cjk_font()]
-    with plt.rc_context(rc):
+    with plt.rc_context({"font.family": ["DejaVu Sans", cjk_font()]} if lang == "zh" and cjk_font() else {}):
         fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(exercises) + 2.5), 3.6))
-        bottom = [0] * len(exercises)
-        for band in BANDS:
-            heights = [counts[ex][band] for ex in exercises]
-            ax.bar(exercises, heights, bottom=bottom, color=BAND_COLOURS[band], label=_band_name(band, lang))
-            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-        ax.set_title(_t(lang, "Scores on each exercise", "每道练习的得分分布"))
-        ax.set_xlabel(_t(lang, "exercise", "练习"))
-        ax.set_ylabel(_t(lang, "learners", "学员人数"))
-        ax.tick_params(axis="x", labelrotation=45)
-        for label in ax.get_xticklabels():
-            label.set_horizontalalignment("right")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        _draw_distribution(ax, counts, exercises, lang)
         fig.tight_layout()
+    return fig
+
+
+def _draw_distribution(ax, counts: dict, exercises: list, lang: str) -> None:
+    bottom = [0] * len(exercises)
+    for band in BANDS:
+        heights = [counts[ex][band] for ex in exercises]
+        drawn = [i for i, h in enumerate(heights) if h]  # an empty band is left out, not drawn as a 0-high bar
+        ax.bar(
+            drawn,
+            [heights[i] for i in drawn],
+            bottom=[bottom[i] for i in drawn],
+            color=BAND_COLOURS[band],
+            label=_band_name(band, lang),
+        )
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xticks(range(len(exercises)), exercises)
+    ax.set_title(_t(lang, "Scores on each exercise", "每道练习的得分分布"))
+    ax.set_xlabel(_t(lang, "exercise", "练习"))
+    ax.set_ylabel(_t(lang, "learners", "学员人数"))
+    ax.tick_params(axis="x", labelrotation=45)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def distribution_svg(counts: dict, lang: str) -> str:
+    """The distribution figure as inline SVG text (its Chinese drawn with a CJK font where one is installed)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context({"svg.fonttype": "path"}):  # the text as paths: the page needs no font of its own
+        fig = distribution_figure(counts, lang)
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg")
         plt.close(fig)

@@ -199,20 +199,40 @@ def figure(progress: list, lang: str | None = None):
     """A small figure: checks per exercise, coloured passed / not yet. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
-    from .. import viz  # noqa: F401 - the course's figure settings (Chinese labels and font in Chinese)
+    from .. import viz  # the course's figure settings, and its CJK font for a Chinese figure
 
     lang = normalize_language(lang) if lang else current_language()
-    fig, ax = plt.subplots(figsize=(max(3.5, 0.6 * len(progress) + 2), 2.8))
-    colours = ["#2e7d32" if p.passed else "#c62828" for p in progress]
-    ax.bar([p.exercise for p in progress], [p.checks for p in progress], color=colours)
+    with plt.rc_context({"font.family": ["DejaVu Sans", viz.cjk_font()]} if lang == "zh" and viz.cjk_font() else {}):
+        fig, ax = plt.subplots(figsize=(max(3.5, 0.6 * len(progress) + 2), 2.8))
+        _draw_checks(ax, progress, lang)
+        fig.tight_layout()
+    return fig
+
+
+def _draw_checks(ax, progress: list, lang: str) -> None:
+    from matplotlib.patches import Patch
+
+    passed, open_ = "#2e7d32", "#c62828"
+    ax.bar(
+        [p.exercise for p in progress],
+        [p.checks for p in progress],
+        color=[passed if p.passed else open_ for p in progress],
+    )
     ax.set_title(pick("Your checks per exercise", "每道练习的检查次数", lang))
     ax.set_ylabel(pick("checks run", "检查次数", lang))
-    ax.set_xlabel(pick("exercise (green: passed, red: not yet)", "练习（绿色：已通过，红色：未通过）", lang))
+    ax.set_xlabel(pick("exercise", "练习", lang))
+    ax.legend(
+        handles=[
+            Patch(color=passed, label=pick("passed", "已通过", lang)),
+            Patch(color=open_, label=pick("not yet", "未通过", lang)),
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     ax.tick_params(axis="x", labelrotation=45)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
-    fig.tight_layout()
-    return fig
 
 
 def show(lang: str | None = None):
