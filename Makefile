@@ -121,7 +121,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
 		--nbval-current-env tests notebooks
 
 test-fast: $(STAMP) lint
