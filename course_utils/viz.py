@@ -116,6 +116,7 @@ elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
     # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts
     notice_missing_cjk_font()
 
+
 def _in_a_kernel() -> bool:
     """Whether this process is a Jupyter kernel (not merely one that imported ipykernel, as nbval's pytest does)."""
     kernelapp = sys.modules.get("ipykernel.kernelapp")
