@@ -14,11 +14,11 @@ import torch
 import course_utils as cu
 from course_utils.grade import check, grade_class, runner
 from course_utils.grade.exercises import get
-from course_utils.grade.exercises.paged_decode import PagedVariant
+from course_utils.grade.exercises.paged_decode import PagedVariant, paged_forward, read_back
 from course_utils.grade.types import Call, Case
 from tests.grader_cases import serving
 from tests.grader_cases.implementations import mutate
-from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STUB
+from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STATE_MUTANTS, STUB
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "paged_decode"
@@ -93,6 +93,33 @@ def test_mutant_gets_its_diagnosis(key, edits):
     result = grade(edits if isinstance(edits, str) else mutate(REFERENCE, edits))
     assert not result and result.diagnosis == key, result.report()
     assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
+
+
+@pytest.mark.parametrize("key,src", STATE_MUTANTS, ids=[key for key, _ in STATE_MUTANTS])
+def test_state_is_read_back(key, src):
+    """Right (out, lse), wrong pool or tables: the state the step leaves is part of its result."""
+    result = grade(src)
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
+
+
+def test_state_is_compared_through_the_tables():
+    """A learner may take any free block: the tokens each table points to are compared, not the pools."""
+    case = get(EX).make_cases(seed=3)[3]  # both sequences need a new block
+    key_pool, value_pool, tables = (a.clone() for a in case.calls[0].args[3:6])
+    _, _, (ref_k, ref_v, ref_t) = paged_forward(case.calls[0].args, PagedVariant(), state=True)
+    taken = sorted(set(ref_t[ref_t >= 0].tolist()) - set(tables[tables >= 0].tolist()))
+    free = [i for i in range(len(key_pool)) if i not in set(ref_t[ref_t >= 0].tolist())]
+    moved = ref_t.clone()  # the same tokens in other free blocks
+    for old, new in zip(taken, free, strict=False):
+        moved[ref_t == old] = new
+        ref_k[new], ref_v[new] = ref_k[old], ref_v[old]
+    assert not torch.equal(moved, ref_t)
+    outputs = {"step1.key_pool": ref_k, "step1.value_pool": ref_v, "step1.block_tables": moved.double()}
+    expected = get(EX).expected(case, PagedVariant())
+    got = read_back(case, outputs)
+    for name in ("step1.cached_keys", "step1.cached_values"):
+        torch.testing.assert_close(got[name], expected[name])
 
 
 def test_catalogue():
@@ -216,6 +243,8 @@ def test_graded_in_the_sandbox(tmp_path):
         "alt": ALTERNATIVES["vectorised_softmax_merge"],
         "no_copy": mutate(REFERENCE, dict(MUTANTS)["shared_block_written_without_copy"]),
         "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"]),
+        "not_written": dict(STATE_MUTANTS)["new_token_not_written"],
+        "attend_first_no_copy": dict(STATE_MUTANTS)["shared_block_written_without_copy"],
     }
     found = {}
     for name, src in subs.items():
@@ -227,3 +256,7 @@ def test_graded_in_the_sandbox(tmp_path):
     assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
     assert found["no_copy"].diagnosis == "shared_block_written_without_copy", found["no_copy"].report()
     assert found["no_max"].diagnosis == "merge_without_max", found["no_max"].report()
+    assert found["not_written"].diagnosis == "new_token_not_written", found["not_written"].report()
+    assert found["attend_first_no_copy"].diagnosis == "shared_block_written_without_copy", found[
+        "attend_first_no_copy"
+    ].report()

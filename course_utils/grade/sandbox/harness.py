@@ -359,11 +359,12 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
         args = [_fresh(a) for a in call["args"]]
         with torch.no_grad(), PeakMemory() as peak, tracker:
             result = fn(*args)
-        del args
+        written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
+        del args  # the state the call wrote into the arguments it was handed, read back above
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             name = fn.__name__ if isinstance(getattr(fn, "__name__", None), str) else said("the_function")
             raise ContractError("function_pair", name=name, type=type(result).__name__)
-        record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1])}
+        record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1]), **written}
         if call.get("tile_bound") is not None:
             tiled = tracker.numel <= call["tile_bound"]
             if call.get("peak_bound") is not None and peak.rise is not None:
