@@ -13,6 +13,7 @@ import torch
 
 import course_utils as cu
 from course_utils.grade import check, grade_class, runner
+from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import get
 from course_utils.grade.exercises.paged_decode import PagedVariant, paged_forward, read_back
 from course_utils.grade.types import Call, Case
@@ -51,7 +52,7 @@ def test_registered():
         "13_paged_decode",
         13,
     )
-    assert ex.correct == PagedVariant() and len(ex.make_cases()) == 5
+    assert ex.correct == PagedVariant() and len(ex.make_cases()) == 6
 
 
 def test_solution_notebook_holds_the_graded_reference():
@@ -103,6 +104,34 @@ def test_state_is_read_back(key, src):
     assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
 
 
+MERGE_MISTAKES = ["mean", "sum", "no_max", "not_normalised", "global_max", "first"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_merge_mistake_fails_on_every_draw(seed):
+    """merge_partials is graded alone, on partials hundreds apart: each plausible wrong merge differs from the
+    right one whatever the draw (not only on some seeds)."""
+    case = get(EX).make_cases(seed=seed)[-1]
+    right = get(EX).expected(case, PagedVariant())
+    wrong = [PagedVariant(merge=m) for m in MERGE_MISTAKES] + [PagedVariant(merged_lse="max")]
+    for v in wrong:
+        assert compare(get(EX).expected(case, v), right) is not None, v
+
+
+def test_one_pass_decode_with_the_merge_left_as_a_stub_gets_no_credit():
+    """paged_decode computed in one pass (no chunks, so its merge_partials is never called), merge_partials
+    left as the exercise notebook's stub."""
+    one_pass = ALTERNATIVES["vectorised_softmax_merge"].replace(
+        "    weights = torch.softmax(lses, dim=0)", "    raise NotImplementedError('your code here')"
+    )
+    assert one_pass != ALTERNATIVES["vectorised_softmax_merge"]
+    result = grade(one_pass)
+    assert not result and result.score < 1.0, result.report()
+    missing = one_pass.replace("def merge_partials(", "def merge_partials_unused(")
+    result = grade(missing)
+    assert not result and "merge_partials" in result.report(), result.report()
+
+
 def test_state_is_compared_through_the_tables():
     """A learner may take any free block: the tokens each table points to are compared, not the pools."""
     case = get(EX).make_cases(seed=3)[3]  # both sequences need a new block
@@ -147,11 +176,11 @@ def test_catalogue():
 
 
 def test_merge_without_the_max_overflows_only_on_large_scores():
-    """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
+    """Its cases with scores (or lses) in the hundreds are what name it: elsewhere exp(lse) fits in float32."""
     cases = get(EX).make_cases(seed=2)
     no_max = PagedVariant(merge="no_max")
     nan_cases = [c.name for c in cases if torch.isnan(get(EX).expected(c, no_max)["step1.out"]).any()]
-    assert nan_cases == [cases[-1].name] and "hundreds" in cases[-1].name
+    assert nan_cases == [c.name for c in cases[-2:]] and all("hundreds" in c.name for c in cases[-2:])
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
@@ -172,7 +201,13 @@ def _contiguous(args, b):
 def test_grader_reference_equals_course_utils(seed):
     """Each sequence read through its table equals course_utils' split-K over the contiguous cache (the pool
     as it was before the step: copy-on-write leaves every other sequence's tokens alone), and SDPA in float64."""
-    for case in get(EX).make_cases(seed=seed):
+    *paged, merge = get(EX).make_cases(seed=seed)
+    expected = get(EX).expected(merge, get(EX).correct)  # merge_partials alone: course_utils' merge
+    for got, want in zip(
+        (expected["step1.out"], expected["step1.lse"]), cu.merge_partials(*merge.calls[0].args), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    for case in paged:
         args = case.calls[0].args
         expected = get(EX).expected(case, get(EX).correct)
         for b in range(args[0].shape[0]):
@@ -221,7 +256,7 @@ def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE))
     assert not check(EX, None)
     out = capsys.readouterr().out
-    assert "✅ paged_decode: all 6 checks passed" in out
+    assert "✅ paged_decode: all 7 checks passed" in out
     assert "not implemented yet: define function paged_decode" in out
 
 

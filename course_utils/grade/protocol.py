@@ -51,6 +51,7 @@ def plan_case(case: Case) -> dict:
                 "bound_label": c.bound_label,
                 "peak_bound": c.peak_bound,
                 "state": list(c.state),
+                "helper": c.helper,
             }
             for c in case.calls
         ],

@@ -66,6 +66,11 @@ ALTERNATIVES = {
 from collections import Counter
 
 
+def merge_partials(outs, lses):
+    weights = torch.softmax(lses, dim=0)  # exp(lse_i - logsumexp(lse)): the max is inside softmax
+    return (weights[..., None] * outs).sum(dim=0), torch.logsumexp(lses, dim=0)
+
+
 def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
     num_blocks, bs, H, d = key_pool.shape
     tables = block_tables.clone()
@@ -103,6 +108,15 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
     # lists instead of tensors, each sequence written then read at once (its new block is private, so nothing
     # it reads changes afterwards), chunks from torch.split, and a running pairwise merge with logaddexp
     "interleaved_running_merge": HEADER + '''
+def merge_partials(outs, lses):
+    out, lse = outs[0], lses[0]
+    for out_c, lse_c in zip(outs[1:], lses[1:]):
+        new_lse = torch.logaddexp(lse, lse_c)
+        out = out * torch.exp(lse - new_lse)[..., None] + out_c * torch.exp(lse_c - new_lse)[..., None]
+        lse = new_lse
+    return out, lse
+
+
 def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
     block_size = key_pool.shape[1]
     tables = [[blk for blk in row if blk >= 0] for row in block_tables.tolist()]
@@ -162,6 +176,9 @@ MUTANTS = [
     ("merge_not_normalised", {"MERGE": "out = (w[..., None] * outs).sum(dim=0)"}),
     ("merge_wrong_lse", {"LSE": "return out, m"}),
     ("no_scale", {"SCALE": "scores = (keys @ query[b].unsqueeze(-1)).squeeze(-1)"}),
+    # merge_partials' mistakes that pass on partials whose lses lie close together
+    ("merge_max_over_everything", {"MAX": "m = lses.amax()"}),
+    ("merge_relative_to_first_chunk", {"MAX": "m = lses[0]"}),
 ]
 
 

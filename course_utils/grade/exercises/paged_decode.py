@@ -33,7 +33,8 @@ class PagedVariant:
     # (attend on the pool as handed, the new token included, then write: right outputs, the pool as written)
     written: bool = True  # False: the new token attended but never written to the pool
     new_token: bool = True  # False: the new token is written but not attended
-    merge: str = "ok"  # ok | mean | sum | no_max | not_normalised
+    merge: str = "ok"  # ok | mean | sum | no_max | not_normalised | global_max (one max over every row) | first
+    # (each row's weights relative to its first chunk's lse)
     merged_lse: str = "ok"  # ok | max (the largest partial lse, without log(sum of weights))
     scale: bool = True
 
@@ -49,6 +50,8 @@ M_MERGE_SUM = Mistake("merge_summed")
 M_MERGE_NO_MAX = Mistake("merge_without_max")
 M_MERGE_NOT_NORMALISED = Mistake("merge_not_normalised")
 M_MERGE_LSE = Mistake("merge_wrong_lse")
+M_MERGE_GLOBAL_MAX = Mistake("merge_max_over_everything")
+M_MERGE_FIRST = Mistake("merge_relative_to_first_chunk")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,12 +60,14 @@ M_MERGE_LSE = Mistake("merge_wrong_lse")
 
 def _merge(outs, lses, v: PagedVariant):
     """outs (S, H, d), lses (S, H) -> (out (H, d), lse (H,))."""
-    m = lses.amax(dim=0)
+    m = {"global_max": lses.amax().expand(lses.shape[1:]), "first": lses[0]}.get(v.merge, lses.amax(dim=0))
     w = torch.exp(lses) if v.merge == "no_max" else torch.exp(lses - m)
     total = w.sum(dim=0)
     weighted = (w[..., None] * outs).sum(dim=0)
     out = {
         "ok": weighted / total[..., None],
+        "global_max": weighted / total[..., None],
+        "first": weighted / total[..., None],
         "no_max": weighted / total[..., None],
         "mean": outs.mean(dim=0),
         "sum": outs.sum(dim=0),
@@ -172,6 +177,8 @@ def _tokens_after(case: Case, key_pool, value_pool, tables) -> dict:
 
 def read_back(case: Case, outputs: dict) -> dict:
     """The learner's outputs with the pools and tables its call left replaced by the tokens they hold."""
+    if case.meta.get("merge"):  # merge_partials alone: no state
+        return outputs
     kept = {name: value for name, value in outputs.items() if name.split(".", 1)[1] not in dict(STATE)}
     return {**kept, **_tokens_after(case, *(outputs.get(f"step1.{name}") for name, _ in STATE))}
 
@@ -215,6 +222,20 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     )
 
 
+def merge_case(name, g, num_chunks=4, rows=3, heads=2, head_dim=8):
+    """``merge_partials(outs, lses)`` alone, on (num_chunks, rows, heads) partials: in each row two chunks (never
+    the first) within 2 of each other on top, the others 200 to 300 below, and the rows' tops 300 apart, so that a
+    merge without each row's own maximum over-/underflows in float32 and one without the weights' sum is off."""
+    top = 300.0 * torch.arange(rows, dtype=torch.float32)[:, None] - 300.0  # (rows, 1)
+    lses = top - 200.0 - 100.0 * torch.rand(num_chunks, rows, heads, generator=g)
+    for r in range(rows):
+        for c in (1 + torch.randperm(num_chunks - 1, generator=g)[:2]).tolist():
+            lses[c, r] = top[r] + 2.0 * torch.rand(heads, generator=g)
+    outs = torch.randn(num_chunks, rows, heads, head_dim, generator=g)
+    call = Call(outs, seed=draw_seed(g), args=(outs, lses), helper="merge_partials")
+    return Case(name, {"num_chunks": num_chunks}, {}, [call], kind="function", meta={"merge": True})
+
+
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
     return [
@@ -255,12 +276,16 @@ def cases(g) -> list[Case]:
             3,
             scale=10.0,
         ),
+        merge_case("merge_partials alone: 4 chunks whose lses lie hundreds apart, rows 300 apart", g),
     ]
 
 
 def expected(case: Case, variant: PagedVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
+        if case.meta.get("merge"):
+            out, lse = _merge(*case.calls[0].args, variant)
+            return {"step1.out": out, "step1.lse": lse}
         out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
         return {"step1.out": out, "step1.lse": lse, **_tokens_after(case, *state)}
 
@@ -282,6 +307,8 @@ def mutants() -> list:
         mutant(M_MERGE_NO_MAX, replace(ok, merge="no_max")),
         mutant(M_MERGE_NOT_NORMALISED, replace(ok, merge="not_normalised")),
         mutant(M_MERGE_LSE, replace(ok, merged_lse="max")),
+        mutant(M_MERGE_GLOBAL_MAX, replace(ok, merge="global_max")),
+        mutant(M_MERGE_FIRST, replace(ok, merge="first")),
         mutant(M_NO_SCALE, replace(ok, scale=False)),
     ]
 
@@ -336,6 +363,18 @@ TEXTS: dict[str, tuple[str, str]] = {
         "the weighted chunk outputs were not divided by the sum of the weights",
         "各块输出加权求和之后，没有除以权重之和",
     ),
+    "mutant.merge_max_over_everything": (
+        "merge_partials subtracted one maximum over every row: rows whose scores lie far below it underflow to 0; "
+        "take the maximum over the chunks only, lses.amax(dim=0), one per row",
+        "merge_partials 减去的是所有行共同的一个最大值：分数远低于它的行会下溢成 0；最大值只在块之间取，"
+        "lses.amax(dim=0)，每行一个",
+    ),
+    "mutant.merge_relative_to_first_chunk": (
+        "merge_partials weighted the chunks by exp(lse_i - lse_0): a chunk far above the first overflows; "
+        "subtract the largest lse of the row, lses.amax(dim=0)",
+        "merge_partials 用 exp(lse_i - lse_0) 给各块加权：比第一块大很多的块会溢出；要减去这一行最大的 lse，"
+        "lses.amax(dim=0)",
+    ),
     "mutant.merge_wrong_lse": (
         "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",
         "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)",
@@ -347,6 +386,7 @@ TEXTS: dict[str, tuple[str, str]] = {
             "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits": "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
             "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits": "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
             "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits": "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
+            "merge_partials alone: 4 chunks whose lses lie hundreds apart, rows 300 apart": "单独检查 merge_partials：4 个块的 lse 相差几百，各行相差 300",
         }
     ),
 }
