@@ -13,12 +13,13 @@ import torch
 
 import course_utils as cu
 from course_utils.grade import check, grade_class, runner
+from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import get
-from course_utils.grade.exercises.paged_decode import PagedVariant
+from course_utils.grade.exercises.paged_decode import PagedVariant, paged_forward, read_back
 from course_utils.grade.types import Call, Case
 from tests.grader_cases import serving
 from tests.grader_cases.implementations import mutate
-from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STUB
+from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STATE_MUTANTS, STUB
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "paged_decode"
@@ -51,7 +52,7 @@ def test_registered():
         "13_paged_decode",
         13,
     )
-    assert ex.correct == PagedVariant() and len(ex.make_cases()) == 5
+    assert ex.correct == PagedVariant() and len(ex.make_cases()) == 6
 
 
 def test_solution_notebook_holds_the_graded_reference():
@@ -95,6 +96,61 @@ def test_mutant_gets_its_diagnosis(key, edits):
     assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
 
 
+@pytest.mark.parametrize("key,src", STATE_MUTANTS, ids=[key for key, _ in STATE_MUTANTS])
+def test_state_is_read_back(key, src):
+    """Right (out, lse), wrong pool or tables: the state the step leaves is part of its result."""
+    result = grade(src)
+    assert not result and result.diagnosis == key, result.report()
+    assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
+
+
+MERGE_MISTAKES = ["mean", "sum", "no_max", "not_normalised", "global_max", "first"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_merge_mistake_fails_on_every_draw(seed):
+    """merge_partials is graded alone, on partials hundreds apart: each plausible wrong merge differs from the
+    right one whatever the draw (not only on some seeds)."""
+    case = get(EX).make_cases(seed=seed)[-1]
+    right = get(EX).expected(case, PagedVariant())
+    wrong = [PagedVariant(merge=m) for m in MERGE_MISTAKES] + [PagedVariant(merged_lse="max")]
+    for v in wrong:
+        assert compare(get(EX).expected(case, v), right) is not None, v
+
+
+def test_one_pass_decode_with_the_merge_left_as_a_stub_gets_no_credit():
+    """paged_decode computed in one pass (no chunks, so its merge_partials is never called), merge_partials
+    left as the exercise notebook's stub."""
+    one_pass = ALTERNATIVES["vectorised_softmax_merge"].replace(
+        "    weights = torch.softmax(lses, dim=0)", "    raise NotImplementedError('your code here')"
+    )
+    assert one_pass != ALTERNATIVES["vectorised_softmax_merge"]
+    result = grade(one_pass)
+    assert not result and result.score < 1.0, result.report()
+    missing = one_pass.replace("def merge_partials(", "def merge_partials_unused(")
+    result = grade(missing)
+    assert not result and "merge_partials" in result.report(), result.report()
+
+
+def test_state_is_compared_through_the_tables():
+    """A learner may take any free block: the tokens each table points to are compared, not the pools."""
+    case = get(EX).make_cases(seed=3)[3]  # both sequences need a new block
+    key_pool, value_pool, tables = (a.clone() for a in case.calls[0].args[3:6])
+    _, _, (ref_k, ref_v, ref_t) = paged_forward(case.calls[0].args, PagedVariant(), state=True)
+    taken = sorted(set(ref_t[ref_t >= 0].tolist()) - set(tables[tables >= 0].tolist()))
+    free = [i for i in range(len(key_pool)) if i not in set(ref_t[ref_t >= 0].tolist())]
+    moved = ref_t.clone()  # the same tokens in other free blocks
+    for old, new in zip(taken, free, strict=False):
+        moved[ref_t == old] = new
+        ref_k[new], ref_v[new] = ref_k[old], ref_v[old]
+    assert not torch.equal(moved, ref_t)
+    outputs = {"step1.key_pool": ref_k, "step1.value_pool": ref_v, "step1.block_tables": moved.double()}
+    expected = get(EX).expected(case, PagedVariant())
+    got = read_back(case, outputs)
+    for name in ("step1.cached_keys", "step1.cached_values"):
+        torch.testing.assert_close(got[name], expected[name])
+
+
 def test_catalogue():
     keys = {m.key for m in get(EX).mutants()}
     assert len({k for k, _ in MUTANTS}) >= 4 and len(keys) >= 5
@@ -120,11 +176,11 @@ def test_catalogue():
 
 
 def test_merge_without_the_max_overflows_only_on_large_scores():
-    """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
+    """Its cases with scores (or lses) in the hundreds are what name it: elsewhere exp(lse) fits in float32."""
     cases = get(EX).make_cases(seed=2)
     no_max = PagedVariant(merge="no_max")
     nan_cases = [c.name for c in cases if torch.isnan(get(EX).expected(c, no_max)["step1.out"]).any()]
-    assert nan_cases == [cases[-1].name] and "hundreds" in cases[-1].name
+    assert nan_cases == [c.name for c in cases[-2:]] and all("hundreds" in c.name for c in cases[-2:])
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
@@ -145,7 +201,13 @@ def _contiguous(args, b):
 def test_grader_reference_equals_course_utils(seed):
     """Each sequence read through its table equals course_utils' split-K over the contiguous cache (the pool
     as it was before the step: copy-on-write leaves every other sequence's tokens alone), and SDPA in float64."""
-    for case in get(EX).make_cases(seed=seed):
+    *paged, merge = get(EX).make_cases(seed=seed)
+    expected = get(EX).expected(merge, get(EX).correct)  # merge_partials alone: course_utils' merge
+    for got, want in zip(
+        (expected["step1.out"], expected["step1.lse"]), cu.merge_partials(*merge.calls[0].args), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    for case in paged:
         args = case.calls[0].args
         expected = get(EX).expected(case, get(EX).correct)
         for b in range(args[0].shape[0]):
@@ -194,7 +256,7 @@ def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE))
     assert not check(EX, None)
     out = capsys.readouterr().out
-    assert "✅ paged_decode: all 6 checks passed" in out
+    assert "✅ paged_decode: all 7 checks passed" in out
     assert "not implemented yet: define function paged_decode" in out
 
 
@@ -216,6 +278,8 @@ def test_graded_in_the_sandbox(tmp_path):
         "alt": ALTERNATIVES["vectorised_softmax_merge"],
         "no_copy": mutate(REFERENCE, dict(MUTANTS)["shared_block_written_without_copy"]),
         "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"]),
+        "not_written": dict(STATE_MUTANTS)["new_token_not_written"],
+        "attend_first_no_copy": dict(STATE_MUTANTS)["shared_block_written_without_copy"],
     }
     found = {}
     for name, src in subs.items():
@@ -227,3 +291,7 @@ def test_graded_in_the_sandbox(tmp_path):
     assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
     assert found["no_copy"].diagnosis == "shared_block_written_without_copy", found["no_copy"].report()
     assert found["no_max"].diagnosis == "merge_without_max", found["no_max"].report()
+    assert found["not_written"].diagnosis == "new_token_not_written", found["not_written"].report()
+    assert found["attend_first_no_copy"].diagnosis == "shared_block_written_without_copy", found[
+        "attend_first_no_copy"
+    ].report()

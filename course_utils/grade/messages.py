@@ -469,6 +469,7 @@ CHILD_ZH = {
     "forward_pair": "forward 必须返回 (out, present)，你返回的是 {type}",
     "present_pair": "present 必须是 None 或一对张量（{first} 和 {second}），你返回的是 {type}",
     "function_pair": "{name} 必须返回 (out, lse)，你返回的是 {type}",
+    "helper_missing": "接口约定里还有一个函数 {name}：请在 {graded} 旁边定义它",
     "the_function": "这个函数",
     "no_gradient": "输出不带梯度（requires_grad 为 False）",
     "timed_out": "超时了（是不是有死循环？）",

@@ -50,6 +50,8 @@ def plan_case(case: Case) -> dict:
                 "tile_bound": c.tile_bound,
                 "bound_label": c.bound_label,
                 "peak_bound": c.peak_bound,
+                "state": list(c.state),
+                "helper": c.helper,
             }
             for c in case.calls
         ],
@@ -138,7 +140,11 @@ class Graded:
             mapping, placement = (_said_by_child(dialect.get(k)) for k in ("ctor", "placement"))
             if mapping and placement:
                 self.assumed = Msg("assumed.placed", assumed=self.assumed, mapping=mapping, placement=placement)
-        return validate(raw, self.cases)
+        records = validate(raw, self.cases)
+        if self.exercise.read_back is not None:  # the state the learner's call left, as the outputs compared
+            for case, rec in zip(self.cases, records, strict=True):
+                rec["outputs"] = self.exercise.read_back(case, rec["outputs"])
+        return records
 
 
 def _said_by_child(value) -> str:
@@ -191,6 +197,7 @@ def _expected_names(case: Case, params: list) -> set:
             names |= {f"step{i}.lse", f"step{i}.tiled"}
         if call.tile_bound is not None:
             names.add(f"step{i}.{call.bound_label}")
+        names |= {f"step{i}.{name}" for name, _ in call.state}
         if call.use_cache is not None:
             names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
         if call.grad is not None:

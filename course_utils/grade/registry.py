@@ -36,6 +36,8 @@ class Exercise:
     square_cases: Callable[[torch.Generator], list[Case]] | None = None  # interview mode: cases for a class in
     # another dialect (d_in = d_out)
     model: Any = None  # kind "model": the module that grades it
+    read_back: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None  # (case, validated outputs) -> the
+    # outputs compared: a function's state (Call.state) read as the contract sees it, not byte for byte
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -43,6 +43,10 @@ class Call:
     tile_bound: int | None = None  # the largest float tensor the call may make (a tiled function, MLA absorbed)
     bound_label: str = "tiled"  # the output that reports it: step<i>.<bound_label>, 1 = within the bound
     peak_bound: int | None = None  # a tiled function: how far (bytes) the process's peak memory may rise
+    helper: str | None = None  # a function exercise: the contract's other function called instead, found beside
+    # the graded one (exercise 13's merge_partials)
+    state: tuple[tuple[str, int], ...] = ()  # a function's arguments it writes into: (name, index in args), each
+    # read back after the call from the copy the learner's function was handed, as the output step<i>.<name>
 
 
 @dataclass

@@ -2,7 +2,7 @@
 correct implementations in other styles, a stub, and misconception mutants as line edits of the reference
 (``mutate`` from implementations.py). The diagnosis keys are those of the reference's own mutants in
 tests/grader_cases/serving.py where the mistake is the same."""
-from tests.grader_cases.implementations import HEADER
+from tests.grader_cases.implementations import HEADER, mutate
 
 # the solution notebook's code (solutions/13_paged_decode.ipynb), tagged for the mutants
 PAGED_DECODE = HEADER + '''
@@ -66,6 +66,11 @@ ALTERNATIVES = {
 from collections import Counter
 
 
+def merge_partials(outs, lses):
+    weights = torch.softmax(lses, dim=0)  # exp(lse_i - logsumexp(lse)): the max is inside softmax
+    return (weights[..., None] * outs).sum(dim=0), torch.logsumexp(lses, dim=0)
+
+
 def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
     num_blocks, bs, H, d = key_pool.shape
     tables = block_tables.clone()
@@ -83,6 +88,7 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
             refs[new] += 1
         key_pool[tables[b, j], n % bs] = new_keys[b]
         value_pool[tables[b, j], n % bs] = new_values[b]
+    block_tables.copy_(tables)  # the caller's tables point to the blocks taken
     lens = seq_lens + 1
     L = int(lens.max())
     chunk = -(-L // num_splits)
@@ -102,6 +108,15 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
     # lists instead of tensors, each sequence written then read at once (its new block is private, so nothing
     # it reads changes afterwards), chunks from torch.split, and a running pairwise merge with logaddexp
     "interleaved_running_merge": HEADER + '''
+def merge_partials(outs, lses):
+    out, lse = outs[0], lses[0]
+    for out_c, lse_c in zip(outs[1:], lses[1:]):
+        new_lse = torch.logaddexp(lse, lse_c)
+        out = out * torch.exp(lse - new_lse)[..., None] + out_c * torch.exp(lse_c - new_lse)[..., None]
+        lse = new_lse
+    return out, lse
+
+
 def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
     block_size = key_pool.shape[1]
     tables = [[blk for blk in row if blk >= 0] for row in block_tables.tolist()]
@@ -135,6 +150,8 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
             acc_lse = new_lse
         outs.append(acc_out)
         lses.append(acc_lse)
+    for b, table in enumerate(tables):  # the caller's tables point to the blocks taken
+        block_tables[b, :len(table)] = torch.tensor(table)
     return torch.stack(outs), torch.stack(lses)
 ''',
 }
@@ -159,4 +176,60 @@ MUTANTS = [
     ("merge_not_normalised", {"MERGE": "out = (w[..., None] * outs).sum(dim=0)"}),
     ("merge_wrong_lse", {"LSE": "return out, m"}),
     ("no_scale", {"SCALE": "scores = (keys @ query[b].unsqueeze(-1)).squeeze(-1)"}),
+    # merge_partials' mistakes that pass on partials whose lses lie close together
+    ("merge_max_over_everything", {"MAX": "m = lses.amax()"}),
+    ("merge_relative_to_first_chunk", {"MAX": "m = lses[0]"}),
+]
+
+
+# attend first, on each sequence's cached tokens read through its table plus its new key and value, then write:
+# the same outputs and, with copy-on-write, the same pool as the contract's order
+ATTEND_FIRST = HEADER + '''
+def merge_partials(outs, lses):
+    lse = torch.logsumexp(lses, dim=0)
+    return (torch.exp(lses - lse)[..., None] * outs).sum(dim=0), lse
+
+
+def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
+    num_blocks, bs, H, d = key_pool.shape
+    outs, lses = [], []
+    for b, n in enumerate(seq_lens.tolist()):
+        pos = torch.arange(n)
+        blocks = block_tables[b, pos // bs]
+        keys = torch.cat([key_pool[blocks, pos % bs], new_keys[b][None]])  # (n + 1, H, d)
+        values = torch.cat([value_pool[blocks, pos % bs], new_values[b][None]])
+        scores = torch.einsum("hd,nhd->hn", query[b], keys) / math.sqrt(d)
+        chunk = -(-(n + 1) // num_splits)
+        parts = [(torch.einsum("hc,chd->hd", torch.softmax(s, dim=-1), v), torch.logsumexp(s, dim=-1))
+                 for s, v in zip(scores.split(chunk, dim=-1), values.split(chunk))]
+        out, lse = merge_partials(torch.stack([o for o, _ in parts]), torch.stack([lse_i for _, lse_i in parts]))
+        outs.append(out)
+        lses.append(lse)
+    for b, n in enumerate(seq_lens.tolist()):  # then write each new token
+        j = n // bs
+        block = int(block_tables[b, j])
+        if block < 0 or (block_tables == block).sum() > 1:  #SHARED
+            fresh = next(i for i in range(num_blocks) if not (block_tables == i).any())
+            if block >= 0:
+                key_pool[fresh], value_pool[fresh] = key_pool[block], value_pool[block]
+            block_tables[b, j] = fresh
+        key_pool[block_tables[b, j], n % bs] = new_keys[b]
+        value_pool[block_tables[b, j], n % bs] = new_values[b]
+    return torch.stack(outs), torch.stack(lses)
+'''
+ALTERNATIVES["attend_first_then_write"] = ATTEND_FIRST
+
+# false credit before the pool and tables were read back: the right (out, lse) with the wrong state
+STATE_MUTANTS = [
+    # the step works on private copies of the pool and the tables: the new token is attended but never stored
+    (
+        "new_token_not_written",
+        REFERENCE.replace(
+            "    num_blocks, block_size, heads, d = key_pool.shape\n",
+            "    key_pool, value_pool, block_tables = key_pool.clone(), value_pool.clone(), block_tables.clone()\n"
+            "    num_blocks, block_size, heads, d = key_pool.shape\n",
+        ),
+    ),
+    # attend first (so the outputs are right), then write into a shared block in place
+    ("shared_block_written_without_copy", mutate(ATTEND_FIRST, {"SHARED": "if block < 0:"})),
 ]

@@ -2,7 +2,9 @@
 num_splits)``, one decoding step of a batch through a paged KV cache (notebook 13): write each sequence's new key
 and value into its block (a fresh block when the last one is full, a copy when the block is shared), then attend
 split-K (FlashDecoding): the keys cut into chunks, each giving (out_i, lse_i), merged by log-sum-exp. A function:
-it returns (out, lse).
+it returns (out, lse), and the pools and tables it was handed, written, are part of its result: they are read back
+after the call and compared as each sequence's tokens read through its table (``cached_tokens``), so that a learner
+may take any free block.
 
 The reference computation and each misconception are the flags of ``PagedVariant``, run on the grader's pool the
 way the learner's function is run (float32, in the inputs' dtype, so that a merge without the maximum overflows
@@ -27,9 +29,12 @@ from .online_softmax import M_NO_SCALE
 class PagedVariant:
     slot: str = "ok"  # ok | no_block_size (block + offset) | contiguous (first block * bs + position)
     copy: str = "ok"  # ok | none (a shared block written in place) | empty (a fresh block, nothing copied)
-    order: str = "write_all"  # write_all | interleaved (write b, read b): tells only with copy="none"
+    order: str = "write_all"  # write_all | interleaved (write b, read b): tells only with copy="none" | attend_first
+    # (attend on the pool as handed, the new token included, then write: right outputs, the pool as written)
+    written: bool = True  # False: the new token attended but never written to the pool
     new_token: bool = True  # False: the new token is written but not attended
-    merge: str = "ok"  # ok | mean | sum | no_max | not_normalised
+    merge: str = "ok"  # ok | mean | sum | no_max | not_normalised | global_max (one max over every row) | first
+    # (each row's weights relative to its first chunk's lse)
     merged_lse: str = "ok"  # ok | max (the largest partial lse, without log(sum of weights))
     scale: bool = True
 
@@ -39,11 +44,14 @@ M_SLOT_CONTIGUOUS = Mistake("block_table_ignored")
 M_NO_COPY = Mistake("shared_block_written_without_copy")
 M_COPY_EMPTY = Mistake("copy_on_write_without_data")
 M_NEW_TOKEN = Mistake("new_token_not_attended")
+M_NOT_WRITTEN = Mistake("new_token_not_written")
 M_MERGE_MEAN = Mistake("merge_without_rescaling")
 M_MERGE_SUM = Mistake("merge_summed")
 M_MERGE_NO_MAX = Mistake("merge_without_max")
 M_MERGE_NOT_NORMALISED = Mistake("merge_not_normalised")
 M_MERGE_LSE = Mistake("merge_wrong_lse")
+M_MERGE_GLOBAL_MAX = Mistake("merge_max_over_everything")
+M_MERGE_FIRST = Mistake("merge_relative_to_first_chunk")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,12 +60,14 @@ M_MERGE_LSE = Mistake("merge_wrong_lse")
 
 def _merge(outs, lses, v: PagedVariant):
     """outs (S, H, d), lses (S, H) -> (out (H, d), lse (H,))."""
-    m = lses.amax(dim=0)
+    m = {"global_max": lses.amax().expand(lses.shape[1:]), "first": lses[0]}.get(v.merge, lses.amax(dim=0))
     w = torch.exp(lses) if v.merge == "no_max" else torch.exp(lses - m)
     total = w.sum(dim=0)
     weighted = (w[..., None] * outs).sum(dim=0)
     out = {
         "ok": weighted / total[..., None],
+        "global_max": weighted / total[..., None],
+        "first": weighted / total[..., None],
         "no_max": weighted / total[..., None],
         "mean": outs.mean(dim=0),
         "sum": outs.sum(dim=0),
@@ -67,8 +77,9 @@ def _merge(outs, lses, v: PagedVariant):
     return out, (m if v.merged_lse == "max" else lse)
 
 
-def paged_forward(args, v: PagedVariant):
-    """One decode step with the variant's mistakes; returns (out (B, H, d), lse (B, H))."""
+def paged_forward(args, v: PagedVariant, state: bool = False):
+    """One decode step with the variant's mistakes; returns (out (B, H, d), lse (B, H)), and with ``state`` the
+    pools and tables it leaves too."""
     query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits = args
     key_pool, value_pool, tables = key_pool.clone(), value_pool.clone(), block_tables.clone()
     num_blocks, bs, heads, d = key_pool.shape
@@ -111,6 +122,11 @@ def paged_forward(args, v: PagedVariant):
         return _merge(torch.stack(outs), torch.stack(lses), v)
 
     results = [None] * len(lens)
+    if v.order == "attend_first" or not v.written:  # the right outputs, and the pool as this variant writes it
+        out, lse = paged_forward(args, replace(v, order="write_all", copy="ok", written=True))
+        for b in range(len(lens) if v.written else 0):
+            write(b)
+        return (out, lse, (key_pool, value_pool, tables)) if state else (out, lse)
     if v.order == "interleaved":
         for b in range(len(lens)):
             write(b)
@@ -119,7 +135,52 @@ def paged_forward(args, v: PagedVariant):
         for b in range(len(lens)):
             write(b)
         results = [read(b) for b in range(len(lens))]
-    return torch.stack([o for o, _ in results]), torch.stack([lse for _, lse in results])
+    out, lse = torch.stack([o for o, _ in results]), torch.stack([lse for _, lse in results])
+    return (out, lse, (key_pool, value_pool, tables)) if state else (out, lse)
+
+
+# ---------------------------------------------------------------------------------------------
+# the state the step leaves: each sequence's tokens, read through its table
+
+STATE = (("key_pool", 3), ("value_pool", 4), ("block_tables", 5))  # the arguments the step writes into
+
+
+def cached_tokens(key_pool, value_pool, tables, lens):
+    """Keys and values (B, max len, H, d) of each sequence's first ``lens[b]`` tokens read through its table
+    (float64), zero past its length, NaN where its table points to no block of the pool: what the next step
+    attends to, whichever free blocks the step took."""
+    num_blocks, bs, heads, d = key_pool.shape
+    keys = torch.zeros(len(lens), max(lens), heads, d, dtype=torch.float64)
+    values = torch.zeros_like(keys)
+    for b, n in enumerate(lens):
+        for pos in range(n):
+            j = pos // bs
+            block = float(tables[b, j]) if j < tables.shape[1] else -1.0
+            if not (math.isfinite(block) and block == int(block) and 0 <= block < num_blocks):
+                keys[b, pos] = values[b, pos] = float("nan")
+                continue
+            keys[b, pos], values[b, pos] = key_pool[int(block), pos % bs], value_pool[int(block), pos % bs]
+    return keys, values
+
+
+def _tokens_after(case: Case, key_pool, value_pool, tables) -> dict:
+    """{"step1.cached_keys", "step1.cached_values"}: the tokens after the step (seq_len + 1 each), or None where
+    the state that came back is not the arguments' shape."""
+    args = case.calls[0].args
+    lens = [int(n) + 1 for n in args[6]]
+    shapes = [tuple(a.shape) for a in args[3:6]]
+    if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (key_pool, value_pool, tables)] != shapes:
+        return {"step1.cached_keys": None, "step1.cached_values": None}
+    keys, values = cached_tokens(key_pool.double(), value_pool.double(), tables, lens)
+    return {"step1.cached_keys": keys, "step1.cached_values": values}
+
+
+def read_back(case: Case, outputs: dict) -> dict:
+    """The learner's outputs with the pools and tables its call left replaced by the tokens they hold."""
+    if case.meta.get("merge"):  # merge_partials alone: no state
+        return outputs
+    kept = {name: value for name, value in outputs.items() if name.split(".", 1)[1] not in dict(STATE)}
+    return {**kept, **_tokens_after(case, *(outputs.get(f"step1.{name}") for name, _ in STATE))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +211,7 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     new_values = torch.randn(len(seqs), heads, head_dim, generator=g)
     seq_lens = torch.tensor([n for n, _ in seqs], dtype=torch.long)
     args = (query, new_keys, new_values, key_pool, value_pool, tables, seq_lens, num_splits)
-    call = Call(query, seed=draw_seed(g), args=args)
+    call = Call(query, seed=draw_seed(g), args=args, state=STATE)
     return Case(
         name,
         {"block_size": block_size, "num_splits": num_splits},
@@ -159,6 +220,20 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
         kind="function",
         meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {},
     )
+
+
+def merge_case(name, g, num_chunks=4, rows=3, heads=2, head_dim=8):
+    """``merge_partials(outs, lses)`` alone, on (num_chunks, rows, heads) partials: in each row two chunks (never
+    the first) within 2 of each other on top, the others 200 to 300 below, and the rows' tops 300 apart, so that a
+    merge without each row's own maximum over-/underflows in float32 and one without the weights' sum is off."""
+    top = 300.0 * torch.arange(rows, dtype=torch.float32)[:, None] - 300.0  # (rows, 1)
+    lses = top - 200.0 - 100.0 * torch.rand(num_chunks, rows, heads, generator=g)
+    for r in range(rows):
+        for c in (1 + torch.randperm(num_chunks - 1, generator=g)[:2]).tolist():
+            lses[c, r] = top[r] + 2.0 * torch.rand(heads, generator=g)
+    outs = torch.randn(num_chunks, rows, heads, head_dim, generator=g)
+    call = Call(outs, seed=draw_seed(g), args=(outs, lses), helper="merge_partials")
+    return Case(name, {"num_chunks": num_chunks}, {}, [call], kind="function", meta={"merge": True})
 
 
 def cases(g) -> list[Case]:
@@ -201,14 +276,18 @@ def cases(g) -> list[Case]:
             3,
             scale=10.0,
         ),
+        merge_case("merge_partials alone: 4 chunks whose lses lie hundreds apart, rows 300 apart", g),
     ]
 
 
 def expected(case: Case, variant: PagedVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
-        out, lse = paged_forward(case.calls[0].args, variant)
-        return {"step1.out": out, "step1.lse": lse}
+        if case.meta.get("merge"):
+            out, lse = _merge(*case.calls[0].args, variant)
+            return {"step1.out": out, "step1.lse": lse}
+        out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
+        return {"step1.out": out, "step1.lse": lse, **_tokens_after(case, *state)}
 
 
 def mutants() -> list:
@@ -219,6 +298,8 @@ def mutants() -> list:
         mutant(M_SLOT_CONTIGUOUS, replace(ok, slot="contiguous")),
         mutant(M_NO_COPY, replace(ok, copy="none")),
         mutant(M_NO_COPY, replace(ok, copy="none", order="interleaved")),
+        mutant(M_NO_COPY, replace(ok, copy="none", order="attend_first")),
+        mutant(M_NOT_WRITTEN, replace(ok, written=False)),
         mutant(M_COPY_EMPTY, replace(ok, copy="empty")),
         mutant(M_NEW_TOKEN, replace(ok, new_token=False)),
         mutant(M_MERGE_MEAN, replace(ok, merge="mean")),
@@ -226,6 +307,8 @@ def mutants() -> list:
         mutant(M_MERGE_NO_MAX, replace(ok, merge="no_max")),
         mutant(M_MERGE_NOT_NORMALISED, replace(ok, merge="not_normalised")),
         mutant(M_MERGE_LSE, replace(ok, merged_lse="max")),
+        mutant(M_MERGE_GLOBAL_MAX, replace(ok, merge="global_max")),
+        mutant(M_MERGE_FIRST, replace(ok, merge="first")),
         mutant(M_NO_SCALE, replace(ok, scale=False)),
     ]
 
@@ -246,6 +329,12 @@ TEXTS: dict[str, tuple[str, str]] = {
         "into a free one first and point the table there (copy-on-write)",
         "直接写入了另一条序列也在用的共享块，改掉了那条序列的 token：先把这个块复制到一个空闲块，让块表指向新块，"
         "再写入（写时复制）",
+    ),
+    "mutant.new_token_not_written": (
+        "the new token was never written to the pool: the next step reads the cache, so store new_keys[b] and "
+        "new_values[b] at position seq_lens[b] of sequence b's block (a fresh block when its last one is full)",
+        "新 token 从没写进池里：下一步解码读的是缓存，所以要把 new_keys[b] 和 new_values[b] 存到序列 b 的块里第 "
+        "seq_lens[b] 个位置（最后一块满了就取一个空闲块）",
     ),
     "mutant.copy_on_write_without_data": (
         "copy-on-write took a free block but did not copy the shared block's tokens into it",
@@ -274,6 +363,18 @@ TEXTS: dict[str, tuple[str, str]] = {
         "the weighted chunk outputs were not divided by the sum of the weights",
         "各块输出加权求和之后，没有除以权重之和",
     ),
+    "mutant.merge_max_over_everything": (
+        "merge_partials subtracted one maximum over every row: rows whose scores lie far below it underflow to 0; "
+        "take the maximum over the chunks only, lses.amax(dim=0), one per row",
+        "merge_partials 减去的是所有行共同的一个最大值：分数远低于它的行会下溢成 0；最大值只在块之间取，"
+        "lses.amax(dim=0)，每行一个",
+    ),
+    "mutant.merge_relative_to_first_chunk": (
+        "merge_partials weighted the chunks by exp(lse_i - lse_0): a chunk far above the first overflows; "
+        "subtract the largest lse of the row, lses.amax(dim=0)",
+        "merge_partials 用 exp(lse_i - lse_0) 给各块加权：比第一块大很多的块会溢出；要减去这一行最大的 lse，"
+        "lses.amax(dim=0)",
+    ),
     "mutant.merge_wrong_lse": (
         "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",
         "合并后的 lse 取成了最大的 lse_i：应当是 max + log(权重 exp(lse_i - max) 之和)",
@@ -285,6 +386,7 @@ TEXTS: dict[str, tuple[str, str]] = {
             "a sequence rolled back to 5 tokens shares its last block with one of 7 tokens, 2 splits": "一条回滚到 5 个 token 的序列与一条 7 个 token 的序列共享最后一个块，切成 2 段",
             "two sequences share a full prompt of 8 tokens and both need a new block, 4 splits": "两条序列共享 8 个 token 的完整提示，都需要一个新块，切成 4 段",
             "scores in the hundreds (exp overflows without the maximum), blocks of 3, 3 splits": "分数上百（不减最大值时 exp 会溢出），块大小为 3，切成 3 段",
+            "merge_partials alone: 4 chunks whose lses lie hundreds apart, rows 300 apart": "单独检查 merge_partials：4 个块的 lse 相差几百，各行相差 300",
         }
     ),
 }
@@ -302,4 +404,5 @@ EXERCISE = Exercise(
     expected=expected,
     correct=PagedVariant(),
     mutants=mutants,
+    read_back=read_back,
 )

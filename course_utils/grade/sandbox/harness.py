@@ -349,21 +349,32 @@ def _fresh(a):
     return copy.set_(a.untyped_storage().clone(), a.storage_offset(), a.shape, a.stride())
 
 
+def _helper(fn, name: str):
+    """The contract's other function ``name``, defined beside the graded ``fn`` (in its module's globals)."""
+    helper = getattr(fn, "__globals__", {}).get(name)
+    if not callable(helper):
+        raise ContractError("helper_missing", name=name, graded=getattr(fn, "__name__", "?"))
+    return helper
+
+
 def run_function_case(fn, case: dict, learner_files=None) -> dict:
-    """A function exercise (the online softmax): fn(*args) must return (out, lse)."""
+    """A function exercise (the online softmax): fn(*args) must return (out, lse); a call naming a ``helper``
+    calls the contract's other function instead."""
     record = {"case": case["name"], "error": None, "outputs": {}, "calls": []}
     call = case["calls"][0]
     try:
+        fn = fn if call.get("helper") is None else _helper(fn, call["helper"])
         tracker = _largest_float_tensor()
         torch.manual_seed(call["seed"])
         args = [_fresh(a) for a in call["args"]]
         with torch.no_grad(), PeakMemory() as peak, tracker:
             result = fn(*args)
-        del args
+        written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
+        del args  # the state the call wrote into the arguments it was handed, read back above
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             name = fn.__name__ if isinstance(getattr(fn, "__name__", None), str) else said("the_function")
             raise ContractError("function_pair", name=name, type=type(result).__name__)
-        record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1])}
+        record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1]), **written}
         if call.get("tile_bound") is not None:
             tiled = tracker.numel <= call["tile_bound"]
             if call.get("peak_bound") is not None and peak.rise is not None:

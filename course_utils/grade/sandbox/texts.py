@@ -32,6 +32,7 @@ TEXTS = {
     "forward_pair": "forward must return (out, present), got {type}",
     "present_pair": "present must be None or a pair ({first} and {second}), got {type}",
     "function_pair": "{name} must return (out, lse), got {type}",
+    "helper_missing": "the contract also names a function {name}: define it beside {graded}",
     "the_function": "the function",
     "no_gradient": "the output carries no gradient (requires_grad is False)",
     "timed_out": "timed out (an infinite loop?)",
