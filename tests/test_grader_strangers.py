@@ -54,9 +54,14 @@ HOLD = {  # each holds more than CAP (1 GiB) in its own way, then defines a corr
         "import os\nHELD = []\nfor i in range(24):\n    fd = os.memfd_create(f'm{i}')\n"
         "    os.write(fd, b'x' * (50 << 20))\n    HELD.append(fd)\n"
     ),
+    # the parent goes on only once every fork holds its 450 MiB or one of them is gone (killed for memory): the run
+    # cannot end before the forks have reached the cap, however busy the machine
     "forks": (
-        "import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        held = b'x' * (450 << 20)\n"
-        "        time.sleep(60)\n        os._exit(0)\ntime.sleep(3)\n"
+        "import os, time\nr, w = os.pipe()\nkids = []\nfor i in range(3):\n    pid = os.fork()\n"
+        "    if pid == 0:\n        os.close(r)\n        held = b'x' * (450 << 20)\n        os.write(w, b'1')\n"
+        "        time.sleep(60)\n        os._exit(0)\n    kids.append(pid)\nos.close(w)\nos.set_blocking(r, False)\n"
+        "ready = 0\nwhile ready < 3 and not any(os.waitpid(p, os.WNOHANG)[0] for p in kids):\n"
+        "    try:\n        ready += len(os.read(r, 3))\n    except BlockingIOError:\n        time.sleep(0.01)\n"
     ),
 }
 
