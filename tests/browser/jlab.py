@@ -70,6 +70,23 @@ def browser_tests_wanted():
     return os.environ.get("RUN_BROWSER_TESTS", "") not in ("", "0")
 
 
+def skip_unless_browser_tests():
+    """At the top of a browser test module: skip it, saying why, unless RUN_BROWSER_TESTS=1 and Chromium and
+    playwright are there; in CI (CI=true) a missing Chromium is an error instead."""
+    import importlib.util
+
+    import pytest
+
+    if not browser_tests_wanted() or chromium_path() is None:
+        if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
+            raise RuntimeError("CI asked for the browser test (RUN_BROWSER_TESTS=1) but `chromium` is not on PATH")
+        pytest.skip(SKIP_REASON, allow_module_level=True)
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip(
+            "browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True
+        )
+
+
 def notebooks_dir():
     # COURSE_NOTEBOOKS_DIR points the harness at another folder of notebooks (used to test the harness itself)
     return Path(os.environ.get("COURSE_NOTEBOOKS_DIR", ROOT / "notebooks")).resolve()

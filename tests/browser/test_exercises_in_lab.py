@@ -7,29 +7,20 @@ tests/test_exercises_as_learner.py.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 
 import pytest
 from jlab import (
     CELL_SELECTOR,
     ROOT,
-    SKIP_REASON,
-    browser_tests_wanted,
-    chromium_path,
     notebook_expectations,
     open_notebook,
     run_all_cells,
+    skip_unless_browser_tests,
     wait_until_run,
 )
 
-if not browser_tests_wanted() or chromium_path() is None:
-    if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
-        raise RuntimeError("CI asked for the browser test (RUN_BROWSER_TESTS=1) but `chromium` is not on PATH")
-    pytest.skip(SKIP_REASON, allow_module_level=True)
-if importlib.util.find_spec("playwright") is None:
-    pytest.skip("browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True)
+skip_unless_browser_tests()
 
 from tests.test_exercises_as_learner import INTERVIEW_STYLES, TRIES  # noqa: E402
 

@@ -6,8 +6,6 @@ same links, without a browser, is tests/test_links.py.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import posixpath
 import re
 import time
@@ -15,16 +13,11 @@ from pathlib import PurePosixPath
 from urllib.parse import unquote
 
 import pytest
-from jlab import ROOT, SKIP_REASON, browser_tests_wanted, chromium_path
+from jlab import ROOT, skip_unless_browser_tests
 
 from tests.test_links import FRONT_DOORS, links
 
-if not browser_tests_wanted() or chromium_path() is None:
-    if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
-        raise RuntimeError("CI asked for the browser test (RUN_BROWSER_TESTS=1) but `chromium` is not on PATH")
-    pytest.skip(SKIP_REASON, allow_module_level=True)
-if importlib.util.find_spec("playwright") is None:
-    pytest.skip("browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True)
+skip_unless_browser_tests()
 
 # the local links of the current document as JupyterLab rendered them, in source order: its heading marks and the
 # web addresses it turns into links left out (a local link's href is the server's /files/ URL, or #anchor)

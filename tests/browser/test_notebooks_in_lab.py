@@ -8,30 +8,21 @@ the committed files never change; the test checks that too. One test per noteboo
 """
 
 import hashlib
-import importlib.util
-import os
 
 import pytest
 from jlab import (
     CELL_SELECTOR,
-    SKIP_REASON,
-    browser_tests_wanted,
     change_widget,
-    chromium_path,
     notebook_expectations,
     notebooks_dir,
     open_notebook,
     run_all_cells,
+    skip_unless_browser_tests,
     snapshot,
     wait_until_run,
 )
 
-if not browser_tests_wanted() or chromium_path() is None:
-    if browser_tests_wanted() and os.environ.get("CI", "").lower() in ("1", "true"):
-        raise RuntimeError("CI asked for the browser test (RUN_BROWSER_TESTS=1) but `chromium` is not on PATH")
-    pytest.skip(SKIP_REASON, allow_module_level=True)
-if importlib.util.find_spec("playwright") is None:
-    pytest.skip("browser test skipped: the playwright package is missing; run `make setup`", allow_module_level=True)
+skip_unless_browser_tests()
 
 MIN_SLIDER_PX = 40  # a default track is about 150 px; the squeezed ones found were 0-1 px wide
 NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
