@@ -31,15 +31,16 @@ NBGRADER_PIP_ARGS ?=
 HUB_STAMP := $(NBGRADER_VENV)/.installed-hub
 CHP_VERSION ?= 5.3.0
 
-.PHONY: setup lab lab-zh twins check-twins lint test test-fast bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
-	@echo "make test         run the whole test suite, notebooks included (creates .venv if missing)"
+	@echo "make test         run the test suite, notebooks included (creates .venv if missing); not the sandbox's"
 	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
 	@echo "                  WITH_TRITON=0 leaves out triton (about 700 MB; notebook 14 and exercise 14 need it)"
 	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
+	@echo "make test-sandbox the grader's tests that run submissions in its bubblewrap sandbox (batches, attacks)"
 	@echo "make lint         ruff (checks, format) and mypy on the Python packages and tests (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
@@ -121,12 +122,17 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
+	@# the tests that grade in the sandbox (each submission a bubblewrap process of its own) run in make test-sandbox
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
-		--nbval-current-env tests notebooks
+		--nbval-current-env -m "not requires_sandbox" tests notebooks
 
 test-fast: $(STAMP) lint
 	@# tests/ only, without nbval: the notebooks are not executed cell by cell (the library, grader and twins' tests run)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs -n $(PYTEST_WORKERS) --dist loadscope -m "not requires_sandbox" tests
+
+test-sandbox: $(STAMP)
+	@# without bubblewrap these tests skip and say why (in CI, CI=true, they fail instead: CI installs it)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs --durations=10 -n $(PYTEST_WORKERS) --dist loadscope -m requires_sandbox tests
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

@@ -86,7 +86,8 @@ def test_the_sandbox_gives_the_same_verdicts(tmp_path):
     for name, (src, _) in (HONEST | WRONG).items():
         (folder / f"{name}.py").write_text(src)
     graded, skipped, failed = grade_folder(folder, tmp_path / "grades", workers=2, exercises=["mha_interview"])
-    assert not skipped and not failed
+    errors = {name: str(rep.error) for name, rep in graded if name in failed}
+    assert not skipped and not failed, errors
     verdicts = {name[:-3]: [(r.passed, r.diagnosis) for r in rep.results] for name, rep in graded}
     assert verdicts == {**{n: [(True, None)] for n in HONEST}, **{n: [(False, NAMED[n])] for n in WRONG}}, verdicts
 

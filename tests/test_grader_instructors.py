@@ -172,3 +172,27 @@ def test_the_same_module_gets_the_same_verdict_in_the_sandbox(tmp_path):
     path.write_text(IN_PLACE)
     (result,) = grade_file(path, ["sliding_window"]).results
     assert result and result.checks_passed == 7, result.report()
+
+
+def test_a_grader_failure_is_tried_once_more_then_reported_on_its_row(tmp_path, monkeypatch):
+    """The grader's own exception (a host hiccup) gets one more try; a second failure is the row's status, and the
+    batch goes on with the other files."""
+    from course_utils.grade import batch
+    from course_utils.grade.runner import SubmissionReport
+
+    (tmp_path / "subs").mkdir()
+    for name in ("flaky.py", "broken.py"):
+        (tmp_path / "subs" / name).write_text("x = 1\n")
+    tries: dict = {}
+
+    def grade_file(path, *args, **kwargs):
+        tries[path.name] = tries.get(path.name, 0) + 1
+        if path.name == "broken.py" or tries[path.name] == 1:
+            raise OSError("no room on the device")
+        return SubmissionReport(str(path))
+
+    monkeypatch.setattr(batch, "grade_file", grade_file)
+    graded, skipped, failed = batch.grade_folder(tmp_path / "subs", tmp_path / "out", workers=1, exercises=["mha"])
+    assert tries == {"flaky.py": 2, "broken.py": 2} and failed == ["broken.py"]
+    status = (tmp_path / "out" / "grades.csv").read_text()
+    assert "the grader failed on this submission (OSError: no room on the device)" in status

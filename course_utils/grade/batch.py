@@ -154,8 +154,11 @@ def grade_folder(
         slot, path = item
         started = time.monotonic()
         try:
-            report = grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
-        except Exception as exc:  # noqa: BLE001 - the grader's own failure: this row says so, the batch goes on
+            try:
+                report = grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
+            except Exception:  # noqa: BLE001 - the grader's own failure (the host's, never the file's): once more
+                report = grade_file(path, exercises, sandboxed=not trusted, slot=slot % 1000, **limits)
+        except Exception as exc:  # noqa: BLE001 - failed twice: this row says so, the batch goes on
             failed_grader.append(path.name)
             report = SubmissionReport(
                 str(path), error=Msg("batch.grader_failed", type=type(exc).__name__, error=printable(exc, 200))
