@@ -21,11 +21,13 @@ from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT
 from tests.grader_cases.sliding_window import ALTERNATIVES, LONG_CONTEXT_KEYS, MUTANTS, REFERENCE, mutant_source
 
 EXERCISE = "sliding_window"
-# graded in the sandbox too: the mistakes of the phases the cases used to miss, and the ring no layout reads
+# graded in the sandbox too: the mistakes of the phases the cases used to miss, the ring no layout reads, the ring
+# handed back rescaled (the harness scales it), and last a ring of the wrong shape
 SANDBOXED_TOO = (
     "sinks_written_on_first_call_only",
     "window_off_by_one_decoding",
     "ring_layout_unreadable",
+    "cache_ignores_past",
     "ring_cache_grows",
 )
 RING_SHAPE = "(the ring: b, num_heads, num_sinks + window, head_dim)"

@@ -341,6 +341,14 @@ GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
 assert GROWS != REFERENCE and "cache_k" not in GROWS
 MUTANTS.append(("ring_cache_grows", GROWS))
 
+# the module keeps its own ring and ignores the one it is handed: the ring it did not produce tells
+OWN_STATE = mutate(REFERENCE.replace(
+    "cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()",
+    "cache_k, cache_v = self.own[0].clone(), self.own[1].clone()  # its own, not the one handed in",
+), {"PRESENT": "present = self.own = (cache_k, cache_v) if use_cache else None"})
+assert "self.own[0]" in OWN_STATE
+MUTANTS.append(("cache_ignores_past", OWN_STATE))
+
 # tests/grader_cases/long_context.MUTANTS (the reference's mistakes) -> the grader's diagnosis of the same mistake
 LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ring_read_in_slot_order",
                      "rope_reset_at_wrap": "rope_positions_reset_at_wrap", "sinks_evicted": "sinks_evicted"}

@@ -24,6 +24,7 @@ from itertools import permutations
 import torch
 
 from ..kit import (
+    M_IGNORES_PAST,
     Mistake,
     attend,
     case_titles,
@@ -48,6 +49,7 @@ class WindowVariant:
     read: str = "age"  # age | slot (the ring read slot 0 first, but masked as if oldest first)
     rope_positions: str = "absolute"  # absolute | slot (the position restarts at every wrap-around)
     sinks: str = "kept"  # kept | evicted (the first tokens hidden once they leave the window)
+    own_cache: bool = False  # attends to what it cached itself, whatever past it is handed
     cache: str = "ring"  # ring | raw_keys (keys cached before RoPE, rotated when read) | grows (torch.cat) |
     # scaled_keys (keys cached divided by sqrt(head_dim), multiplied back when read: a ring of other numbers)
 
@@ -281,7 +283,7 @@ def expected(case: Case, variant: WindowVariant) -> dict:
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             past = presents[call.past] if isinstance(call.past, int) else None
-            if past is not None and call.past_scale is not None:
+            if past is not None and call.past_scale is not None and not variant.own_cache:
                 past = tuple(part * scale for part, scale in zip(past, call.past_scale, strict=True))
             out, present = window_forward(case.params, call.x, case.ctor, variant, past, call.use_cache, **call.kwargs)
             outs[f"step{i + 1}.out"] = out
@@ -321,6 +323,7 @@ def mutants() -> list:
         mutant(M_SINKS_FIRST_CALL, replace(ok, sink_writes="first_call")),
         mutant(M_RAW_KEYS, replace(ok, cache="raw_keys")),
         mutant(M_GROWS, replace(ok, cache="grows")),
+        mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
         # last: the outputs are right, the ring holds other numbers (or is in no layout read by role and shape)
         mutant(M_UNREADABLE, replace(ok, cache="scaled_keys"), outputs_only=True),
     ]
