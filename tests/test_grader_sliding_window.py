@@ -1,9 +1,11 @@
-"""The grader on exercise 12 (sliding_window): the solution and two alternative correct implementations pass, stubs
-say "not implemented", every misconception gets its own named diagnosis (in-process and in the sandbox), and the
-grader's reference computes what course_utils' RingKVCache and sliding_window_mask_at compute."""
+"""The grader on exercise 12 (sliding_window): the solution and alternative correct implementations pass (the ring in
+other layouts too, read by role and shape), stubs say "not implemented", every misconception gets its own named
+diagnosis (in-process and in the sandbox), and the grader's reference computes what course_utils' RingKVCache and
+sliding_window_mask_at compute."""
 
 import linecache
 import math
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,16 @@ from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT
 from tests.grader_cases.sliding_window import ALTERNATIVES, LONG_CONTEXT_KEYS, MUTANTS, REFERENCE, mutant_source
 
 EXERCISE = "sliding_window"
+# graded in the sandbox too: the mistakes of the phases the cases used to miss, the ring no layout reads, the ring
+# handed back rescaled (the harness scales it), and last a ring of the wrong shape
+SANDBOXED_TOO = (
+    "sinks_written_on_first_call_only",
+    "window_off_by_one_decoding",
+    "ring_layout_unreadable",
+    "cache_ignores_past",
+    "ring_cache_grows",
+)
+RING_SHAPE = "(the ring: b, num_heads, num_sinks + window, head_dim)"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,7 +41,8 @@ def load(src, name="SlidingWindowAttention"):
     return ns[name]
 
 
-def grade(src):
+@lru_cache(maxsize=None)
+def grade(src):  # each source graded once per run (the tests below read one result several ways)
     return grade_class(EXERCISE, load(src))
 
 
@@ -46,9 +59,11 @@ def test_reference_solution_passes():
 
 @pytest.mark.parametrize("alt", ALTERNATIVES)
 def test_alternative_correct_implementations_pass(alt):
-    assert len(ALTERNATIVES) >= 2
+    # among them the ring kept (b, slots, heads, hd) in Mistral's slots, and the window kept oldest first: read by
+    # role and shape, never the IndexError a ring in the contract's layout handed to them used to raise
+    assert len(ALTERNATIVES) >= 4
     result = grade(ALTERNATIVES[alt])
-    assert result, result.report()
+    assert result and result.score == 1.0, result.report()
 
 
 @pytest.mark.parametrize("stub", [STUB_FORWARD, STUB_INIT], ids=["forward", "init"])
@@ -73,6 +88,35 @@ def test_catalogue_names_the_issues_mistakes():
     assert set(LONG_CONTEXT_KEYS.values()) <= keys & {k for k, _ in MUTANTS}
 
 
+def test_cases_fill_the_sinks_over_later_calls_and_send_a_later_chunk_longer_than_the_window():
+    # every draw: a first call shorter than the sinks, a sink written by a later call, a later chunk over the window
+    for seed in range(8):
+        for case in get(EXERCISE).make_cases(seed):
+            sizes = [c.x.shape[1] for c in case.calls if c.use_cache]
+            sinks, window = case.ctor["num_sinks"], case.ctor["window"]
+            if sizes[0] < sinks:
+                assert sizes[0] + sizes[1] <= sinks and max(sizes[1:]) > window, (seed, sizes)
+                break
+        else:
+            raise AssertionError(f"seed {seed}: no case whose first call is shorter than the sinks")
+
+
+def test_unreadable_ring_is_said_in_a_sentence():
+    result = grade(mutant_source(dict(MUTANTS)["ring_layout_unreadable"]))
+    assert not result and result.diagnosis == "ring_layout_unreadable", result.report()
+    for lang in ("en", "zh"):
+        report = result.report(lang)
+        assert "num_sinks + window" in report and "Error" not in report, report
+
+
+def test_shape_lines_quote_the_ring():
+    result = grade(mutant_source(dict(MUTANTS)["ring_cache_grows"]))
+    assert not result and result.diagnosis == "ring_cache_grows", result.report()
+    for lang, ring in (("en", RING_SHAPE), ("zh", "环形缓冲区：")):
+        report = result.report(lang)
+        assert ring in report and "n_past + n_new" not in report, report
+
+
 def test_slot_positions():
     # window 3, 2 sinks: after 9 tokens the sinks hold 0, 1 and the ring slots 0, 1, 2 hold 8, 6, 7
     assert slot_positions(9, 3, 2).tolist() == [0, 1, 8, 6, 7]
@@ -95,13 +139,10 @@ def _course_utils_outputs(case):
             F.linear(call.x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2)
             for role in ("query", "key", "value")
         )
-        if not isinstance(call.past, int):  # a new cache, or the grader's given ring loaded into one
+        if not isinstance(call.past, int):  # a new cache
             cache = cu.RingKVCache(b, nh, window, hd, num_sinks=sinks)
-            if call.past == "given":
-                given_k, given_v = case.given_past
-                cache.sink_keys[:], cache.ring_keys[:] = given_k[:, :, :sinks], given_k[:, :, sinks:]
-                cache.sink_values[:], cache.ring_values[:] = given_v[:, :, :sinks], given_v[:, :, sinks:]
-                cache.seen = call.kwargs["start_pos"]
+        elif call.past_scale is not None:  # the ring handed back rescaled: a past the module did not produce
+            cache.keys.mul_(call.past_scale[0]), cache.values.mul_(call.past_scale[1])
         positions = cache.next_positions(n)
         assert positions[0] == call.kwargs["start_pos"]
         q, k = cu.rope(q, positions, c["rope_base"]), cu.rope(k, positions, c["rope_base"])
@@ -145,8 +186,10 @@ def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp
         "reference": (REFERENCE, None),
         **{name: (src, None) for name, src in ALTERNATIVES.items()},
         **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in LONG_CONTEXT_KEYS.values()},
+        **{key: (mutant_source(dict(MUTANTS)[key]), key) for key in SANDBOXED_TOO},
     }
-    # the issue's four mistakes in the sandbox; every mutant is graded in-process above
+    # the long-context reference's four mistakes and the phases added since in the sandbox; every mutant is graded
+    # in-process above
     for name, (src, key) in sources.items():
         path = tmp_path / f"{name}.py"
         path.write_text(src)
@@ -155,6 +198,8 @@ def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp
             assert result and result.score == 1.0, (name, result.report())
         else:
             assert not result and result.diagnosis == key, (name, result.report())
+            assert "Error" not in result.report() and "n_past + n_new" not in result.report(), result.report()
+    assert RING_SHAPE in result.report()  # the last: the cache that grows, its shape line quotes the ring
 
 
 @pytest.mark.requires_sandbox

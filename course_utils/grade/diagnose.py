@@ -108,9 +108,11 @@ def compare(
     lenient_nan: bool = False,
     tol=(RTOL, ATOL),
     lenient_flags: bool = False,
+    layout: str = "compare.cache_layout",
 ) -> str | None:
     """None when the learner's outputs match, else a one-line reason. ``lenient_flags``: a mutant that builds
-    too much (tiled or absorbed 0) also matches a learner the case was too small to catch."""
+    too much (tiled or absorbed 0) also matches a learner the case was too small to catch. ``layout``: the text
+    that says the contract's layout of a cache, after its shape (an exercise's case names its own)."""
     for name, exp in expected.items():
         if only_out and not name.endswith(".out"):
             continue
@@ -127,7 +129,7 @@ def compare(
         if not isinstance(got, torch.Tensor):
             return Msg("compare.not_tensor", label=label, got=str(got), shape=_shape(exp))
         if got.shape != exp.shape:
-            extra = Msg("compare.cache_layout") if name.endswith(("keys", "values")) else ""
+            extra = Msg(layout) if name.endswith(("keys", "values")) else ""
             return Msg("compare.shape", label=label, got=_shape(got), need=_shape(exp), extra=extra)
         if name.endswith((".tiled", ".absorbed")):  # measured in the sandbox: 1 = within the memory a tiled or
             # absorbed computation needs
@@ -195,6 +197,7 @@ def _matches(ex: Exercise, cases, records, mutant) -> bool:
                 lenient_nan=True,
                 tol=case.meta.get("tol", (RTOL, ATOL)),
                 lenient_flags=True,
+                layout=case.meta.get("cache_layout", "compare.cache_layout"),
             )
             is not None
         ):
@@ -356,6 +359,7 @@ def _verdict(ex: Exercise, records, cases, refusals):
             cached_outputs(ex.expected, case, ex.correct),
             single,
             tol=case.meta.get("tol", (RTOL, ATOL)),
+            layout=case.meta.get("cache_layout", "compare.cache_layout"),
         )
         if why is None and case.kind == "train":
             dropout = dropout_problem(case, rec["outputs"])

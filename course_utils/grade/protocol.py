@@ -44,6 +44,7 @@ def plan_case(case: Case) -> dict:
                 "seed": c.seed,
                 "grad": c.grad,
                 "past": c.past,
+                "past_scale": c.past_scale,
                 "use_cache": c.use_cache,
                 "kwargs": c.kwargs,
                 "args": c.args,

@@ -37,6 +37,8 @@ class Call:
     seed: int = 0
     grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
     past: int | str | None = None
+    past_scale: tuple[float, float] | None = None  # the past handed back with its two parts multiplied by these: a
+    # cache the module did not produce, yet in whatever layout the module keeps its own
     use_cache: bool | None = None  # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
     kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
     args: tuple[Any, ...] | None = None  # a function exercise: fn(*args) instead of a module's forward

@@ -172,7 +172,111 @@ class SlidingWindowAttention(nn.Module):
         return self.out_proj(torch.stack(outs, dim=1)), ((keys, vals) if use_cache else None)
 '''
 
-ALTERNATIVES = {"by_slot_positions": BY_SLOT_POSITIONS, "token_by_token": TOKEN_BY_TOKEN}
+# Mistral's layout: the cache (b, num_sinks + window, num_heads, head_dim), tokens before heads as x is, and the
+# ring's slot num_sinks + p % window (Mistral's cache_pos = positions % sliding_window) after the sinks.
+TOKENS_BEFORE_HEADS = HEADER + '''
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.nh, self.hd, self.window, self.sinks = num_heads, d_out // num_heads, window, num_sinks
+        self.base = rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def rope(self, x, pos):  # x (b, n, nh, hd)
+        inv = 1.0 / self.base ** (torch.arange(0, self.hd, 2).float() / self.hd)
+        ang = pos.float()[:, None] * inv
+        ang = torch.cat([ang, ang], -1)[None, :, None, :]
+        x1, x2 = x.chunk(2, -1)
+        return x * ang.cos() + torch.cat([-x2, x1], -1) * ang.sin()
+
+    def slot(self, p):
+        return p if p < self.sinks else self.sinks + p % self.window
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, _ = x.shape
+        pos = torch.arange(start_pos, start_pos + n)
+        q = self.rope(self.W_query(x).view(b, n, self.nh, self.hd), pos)
+        k = self.rope(self.W_key(x).view(b, n, self.nh, self.hd), pos)
+        v = self.W_value(x).view(b, n, self.nh, self.hd)
+        if past_key_value is None:
+            ck = x.new_zeros(b, self.sinks + self.window, self.nh, self.hd)
+            cv = torch.zeros_like(ck)
+        else:
+            ck, cv = (t.clone() for t in past_key_value)
+        held = [p for p in range(start_pos) if p < self.sinks or p >= start_pos - self.window]
+        kk = torch.cat([ck[:, [self.slot(p) for p in held]], k], 1)
+        vv = torch.cat([cv[:, [self.slot(p) for p in held]], v], 1)
+        kpos = torch.tensor(held + pos.tolist())[None, :]
+        qpos = pos[:, None]
+        visible = (kpos <= qpos) & ((kpos > qpos - self.window) | (kpos < self.sinks))
+        att = torch.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(self.hd)
+        att = att.masked_fill(~visible, float("-inf")).softmax(-1)
+        y = torch.einsum("bhqk,bkhd->bqhd", att, vv).reshape(b, n, -1)
+        for i, p in enumerate(pos.tolist()):
+            ck[:, self.slot(p)], cv[:, self.slot(p)] = k[:, i], v[:, i]
+        return self.out_proj(y), ((ck, cv) if use_cache else None)
+'''
+
+# The window kept oldest first (Hugging Face's former SlidingWindowCache): filled from the front, then rolled left
+# by one for each new token; the sinks in front of it.
+ROLLED = HEADER + '''
+def rotate(x, positions, base):
+    hd = x.shape[-1]
+    ang = positions.float()[:, None] / base ** (torch.arange(0, hd, 2).float() / hd)
+    ang = torch.cat([ang, ang], -1)
+    return x * ang.cos() + torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], -1) * ang.sin()
+
+
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.h, self.w, self.s, self.base = num_heads, window, num_sinks, rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, d = x.shape
+        heads = lambda t: t.view(b, n, self.h, -1).transpose(1, 2)
+        pos = torch.arange(start_pos, start_pos + n)
+        q = rotate(heads(self.W_query(x)), pos, self.base)
+        k = rotate(heads(self.W_key(x)), pos, self.base)
+        v = heads(self.W_value(x))
+        if past_key_value is None:
+            cache = [torch.zeros(b, self.h, self.s + self.w, k.shape[-1]) for _ in range(2)]
+        else:
+            cache = [t.clone() for t in past_key_value]
+        n_sinks, n_ring = min(self.s, start_pos), min(self.w, max(0, start_pos - self.s))
+        kpos = torch.tensor(list(range(n_sinks)) + list(range(start_pos - n_ring, start_pos)) + pos.tolist())
+        old = lambda t: torch.cat([t[:, :, :n_sinks], t[:, :, self.s : self.s + n_ring]], 2)
+        keys, values = torch.cat([old(cache[0]), k], 2), torch.cat([old(cache[1]), v], 2)
+        hide = (kpos[None] > pos[:, None]) | ((kpos[None] <= pos[:, None] - self.w) & (kpos[None] >= self.s))
+        scores = (q @ keys.transpose(-1, -2)) / math.sqrt(k.shape[-1])
+        y = torch.softmax(scores.masked_fill(hide, float("-inf")), -1) @ values
+        filled = n_ring
+        for i, p in enumerate(pos.tolist()):
+            for t, new in zip(cache, (k, v)):
+                if p < self.s:
+                    t[:, :, p] = new[:, :, i]
+                elif filled < self.w:
+                    t[:, :, self.s + filled] = new[:, :, i]
+                else:
+                    t[:, :, self.s:] = torch.roll(t[:, :, self.s:], -1, dims=2)
+                    t[:, :, -1] = new[:, :, i]
+            filled += p >= self.s and filled < self.w
+        return self.out_proj(y.transpose(1, 2).reshape(b, n, -1)), (tuple(cache) if use_cache else None)
+'''
+
+ALTERNATIVES = {
+    "by_slot_positions": BY_SLOT_POSITIONS,
+    "token_by_token": TOKEN_BY_TOKEN,
+    "tokens_before_heads": TOKENS_BEFORE_HEADS,
+    "rolled": ROLLED,
+}
 
 # --- misconception mutants: (expected diagnosis key, edits of the reference or a whole source) ----------------
 
@@ -191,6 +295,24 @@ MUTANTS = [
         "ALL_K": "all_k = torch.cat([apply_rope(cache_k[:, :, slots], rope_angles(torch.tensor(held), self.head_dim, "
                  "self.rope_base)), keys], dim=2)",
         "WRITE_K": "cache_k[:, :, self.slot(p)] = raw_keys[:, :, i]"}),
+]
+
+MUTANTS += [
+    ("window_off_by_one_decoding", {
+        "WINDOW": "too_old = (k_pos <= q_pos - (self.window + 1 if n == 1 and past_key_value is not None "
+                  "else self.window)) & (k_pos >= self.num_sinks)  # decoding: the whole ring and the new token"}),
+    ("window_off_by_one_decoding", {
+        "WINDOW": "too_old = (k_pos <= q_pos - (self.window - 1 if past_key_value is not None else self.window)) "
+                  "& (k_pos >= self.num_sinks)"}),
+    ("sinks_written_on_first_call_only", {  # the prompt brings the sinks; later tokens go into the ring
+        "WRITE_K": "cache_k[:, :, self.slot(p) if past_key_value is None else "
+                   "self.num_sinks + (p - self.num_sinks) % self.window] = keys[:, :, i]",
+        "WRITE_V": "cache_v[:, :, self.slot(p) if past_key_value is None else "
+                   "self.num_sinks + (p - self.num_sinks) % self.window] = values[:, :, i]"}),
+    # right outputs, but the ring holds the keys already divided by sqrt(head_dim): not the contract's keys
+    ("ring_layout_unreadable", {
+        "ROTATE": "queries, keys = apply_rope(queries, angles), apply_rope(keys, angles) / math.sqrt(self.head_dim)",
+        "ALL_K": "all_k = torch.cat([cache_k[:, :, slots], keys], dim=2) * math.sqrt(self.head_dim)"}),
 ]
 
 # the cache grows: nothing evicted, positions counted back from start_pos
@@ -218,6 +340,14 @@ GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
 ''')
 assert GROWS != REFERENCE and "cache_k" not in GROWS
 MUTANTS.append(("ring_cache_grows", GROWS))
+
+# the module keeps its own ring and ignores the one it is handed: the ring it did not produce tells
+OWN_STATE = mutate(REFERENCE.replace(
+    "cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()",
+    "cache_k, cache_v = self.own[0].clone(), self.own[1].clone()  # its own, not the one handed in",
+), {"PRESENT": "present = self.own = (cache_k, cache_v) if use_cache else None"})
+assert "self.own[0]" in OWN_STATE
+MUTANTS.append(("cache_ignores_past", OWN_STATE))
 
 # tests/grader_cases/long_context.MUTANTS (the reference's mistakes) -> the grader's diagnosis of the same mistake
 LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ring_read_in_slot_order",

@@ -255,6 +255,15 @@ def _plain(value):
     return f"<{type(value).__name__}>"
 
 
+def _rescaled(past, scales):
+    """The module's own cache with each part multiplied by its scale (whatever its layout): a past it did not produce.
+    Parts that are not tensors are handed back as they are (the comparison of what it returned says what is wrong)."""
+    if not (isinstance(past, (tuple, list)) and len(past) == 2):
+        return past
+    parts = zip(past, scales, strict=True)
+    return tuple(part * scale if isinstance(part, torch.Tensor) else part for part, scale in parts)
+
+
 def _call(module, call: dict, past):
     x = call["x"].clone()
     if call.get("grad") is not None:
@@ -493,6 +502,8 @@ def run_case(
                 if call["past"] == "given"
                 else None
             )
+            if call.get("past_scale") is not None:
+                past = _rescaled(past, call["past_scale"])
             torch.manual_seed(call["seed"])
             with torch.set_grad_enabled(call.get("grad") is not None):
                 if call.get("tile_bound") is not None:  # MLA's absorbed call: no per-head K/V as large as the bound
