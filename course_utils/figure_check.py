@@ -4,7 +4,7 @@
 
 - an axes without a title or axis labels, an axis of numbers without a label, a heatmap without query/key labels;
 - two texts that overlap (their window extents after layout: tick labels, titles, annotations, legends), and tick
-  labels side by side so near that they read as one ("0" and "10¹");
+  labels or a heatmap row's values side by side so near that they read as one ("0" and "10¹", "0.000.000.00");
 - a heatmap with neither a colour bar nor its values written in its cells, and one whose written values round
   away the largest value of a row (the row's story);
 - colours without a key: bars of several colours, or a line among other artists, that no legend or nearby text
@@ -76,7 +76,9 @@ COURSE_TERMS = frozenset(
 # model families, names in any language
 MODEL_NAMES = frozenset({"Llama", "Falcon", "Mistral", "DeepSeek", "GPT", "Qwen", "Gemma"})
 OVERLAP_PX = 1.0  # texts may touch; overlapping by more than this (in both directions) is a collision
-TICK_GAP_EM = 0.5  # neighbouring tick labels closer than this (in font heights) read as one ("0" and "10¹" as "010¹")
+# neighbours in a line of texts (tick labels, a heatmap row's values) closer than this, in font heights, read as one:
+# "0" and "10¹" as "010¹", three zeros as "0.000.000.00" once the notebook scales the figure down to its width
+MIN_GAP_EM = 0.5
 NEAR_PX = 12.0  # a text this close to a line names it
 MAX_CATEGORIES = 8  # an image of at most this many whole numbers is a mask or a map of categories
 _CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
@@ -297,6 +299,14 @@ def _heatmap_problems(ax, fig, renderer):
             )
         if annotated and not categories:
             problems += _rounded_away(array, cells)
+        rows = [[cells[key] for key in sorted(cells) if key[0] == row] for row in range(array.shape[0])]
+        crowded = [pair for row in rows for pair in _too_near(row, 0, renderer)]
+        if crowded:
+            first, second, gap = crowded[0]
+            problems.append(
+                f"values written in a row of cells nearly touch ({first.get_text()!r} and {second.get_text()!r}, "
+                f"{gap:.0f} px apart): a larger figure, a smaller font or fewer digits"
+            )
         if categories:
             background = to_rgb(ax.get_facecolor())
             faint = [v for v in values if _distance(image.to_rgba(v)[:3], background) < 0.06]
@@ -612,25 +622,30 @@ def _overlaps(texts):
     ]
 
 
+def _too_near(texts, along, renderer):
+    """(text, next text, gap in pixels) for neighbours along x (``along`` 0) or y (1) nearer than ``MIN_GAP_EM``
+    without overlapping (an overlap is reported as one)."""
+    boxes = sorted(((t.get_window_extent(renderer), t) for t in texts), key=lambda item: item[0].get_points()[0][along])
+    for (a, first), (b, second) in zip(boxes, boxes[1:], strict=False):
+        gap = b.get_points()[0][along] - a.get_points()[1][along]
+        if -OVERLAP_PX < gap < MIN_GAP_EM * first.get_fontsize() * first.figure.dpi / 72:
+            yield first, second, gap
+
+
 def _crowded_ticks(ax, renderer):
-    """Unrotated tick labels next to each other on one side of an axis, nearer than ``TICK_GAP_EM``: they do not
-    overlap, yet read as one."""
+    """Unrotated tick labels next to each other on one side of an axis, too near: they do not overlap, yet read as
+    one."""
     problems = []
     for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
         shown = set(_tick_labels(axis))
         for side in ("label1", "label2"):
             labels = [getattr(tick, side) for tick in axis.get_major_ticks() + axis.get_minor_ticks()]
-            boxes = sorted(
-                ((t.get_window_extent(renderer), t) for t in labels if t in shown and t.get_rotation() % 180 == 0),
-                key=lambda item: item[0].get_points()[0][along],
-            )
-            for (a, first), (b, second) in zip(boxes, boxes[1:], strict=False):
-                gap = b.get_points()[0][along] - a.get_points()[1][along]
-                if -OVERLAP_PX < gap < TICK_GAP_EM * first.get_fontsize() * ax.figure.dpi / 72:
-                    problems.append(
-                        f"tick labels {first.get_text()!r} and {second.get_text()!r} nearly touch ({gap:.0f} px "
-                        "apart): fewer ticks, or set them apart"
-                    )
+            level = [t for t in labels if t in shown and t.get_rotation() % 180 == 0]
+            problems += [
+                f"tick labels {first.get_text()!r} and {second.get_text()!r} nearly touch ({gap:.0f} px apart): "
+                "fewer ticks, or set them apart"
+                for first, second, gap in _too_near(level, along, renderer)
+            ]
     return problems
 
 

@@ -263,6 +263,22 @@ def test_tick_labels_that_nearly_touch_are_refused():
     assert problems_of(fig) == ""
 
 
+def test_values_in_a_row_of_cells_that_nearly_touch_are_refused():
+    """Six values a cell apart in a narrow panel: a few pixels between them, "0.000.000.00" once the figure is
+    scaled to the notebook's width."""
+    weights = np.tril(np.full((6, 6), 0.004))
+    fig, ax = plt.subplots(figsize=(2.6, 2.6))
+    image = ax.imshow(weights, vmin=0, vmax=1)
+    for i in range(6):
+        for j in range(6):
+            bold = "bold" if i == j else "normal"  # the row's largest marked
+            ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7, weight=bold)
+    ax.set_xlabel("key"), ax.set_ylabel("query"), fig.colorbar(image, ax=ax, label="weight")
+    assert "values written in a row of cells nearly touch ('0.00' and '0.00'" in problems_of(fig)
+    fig.set_size_inches(4.5, 4.5)
+    assert "nearly touch" not in problems_of(fig)
+
+
 def test_a_key_in_words_names_every_colour():
     fig, ax = plt.subplots(figsize=(3, 3))
     for j, colour in enumerate(["lightgray", "tab:orange", "tab:blue"]):
