@@ -3,13 +3,18 @@
 ``figure_problems(fig)`` lists what keeps a figure from telling its story, one sentence each:
 
 - an axes without a title or axis labels, an axis of numbers without a label, a heatmap without query/key labels;
-- two texts that overlap (their window extents after layout: tick labels, titles, annotations, legends);
+- two texts that overlap (their window extents after layout: tick labels, titles, annotations, legends), and tick
+  labels or a heatmap row's values side by side so near that they read as one ("0" and "10¹", "0.000.000.00");
 - a heatmap with neither a colour bar nor its values written in its cells, and one whose written values round
   away the largest value of a row (the row's story);
 - colours without a key: bars of several colours, or a line among other artists, that no legend or nearby text
   names; a colour standing for two methods, or a method drawn in two colours, across the panels of one figure;
 - a legend covering the data; a bar of height 0 with no value written (it reads as missing data); cells the colour
-  of the background;
+  of the background; bars on a log axis (their lengths understate the ratios); shapes whose heights differ on an axis
+  with neither ticks nor a label;
+- a colour a text names ("orange: first copy") that no artist shows at full strength (a tint over an image is
+  another colour); a key in words ("orange: masked, grey: skipped") that leaves out a colour drawn; one panel
+  tagged with a verdict ("WRONG") and another not;
 - in a Chinese figure, a label with no Chinese in it (``COURSE_TERMS``, numbers and symbols excepted).
 
 With ``ATTN_CHECK_FIGURES=1`` in its environment, a kernel that imports ``course_utils.viz`` checks every figure as it
@@ -30,7 +35,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.container import BarContainer
 from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
 from . import viz_zh
 
@@ -71,10 +76,32 @@ COURSE_TERMS = frozenset(
 # model families, names in any language
 MODEL_NAMES = frozenset({"Llama", "Falcon", "Mistral", "DeepSeek", "GPT", "Qwen", "Gemma"})
 OVERLAP_PX = 1.0  # texts may touch; overlapping by more than this (in both directions) is a collision
+# neighbours in a line of texts (tick labels, a heatmap row's values) closer than this, in font heights, read as one:
+# "0" and "10¹" as "010¹", three zeros as "0.000.000.00" once the notebook scales the figure down to its width
+MIN_GAP_EM = 0.5
 NEAR_PX = 12.0  # a text this close to a line names it
 MAX_CATEGORIES = 8  # an image of at most this many whole numbers is a mask or a map of categories
 _CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 _SCIENTIFIC = re.compile(r"\\times\s*\\?\w*\s*10\^|×\s*10")  # "4×10⁰" on a log axis
+_VERDICT = re.compile(r"\b(?:WRONG|RIGHT|CORRECT|OK)\b|错误|正确|[✓✗✅❌]")
+# colours a text may name, each with the colours that show it (matplotlib's CSS and tab: colours)
+NAMED_COLOURS = {
+    "orange": ("orange", "tab:orange", "darkorange"),
+    "red": ("red", "tab:red", "crimson"),
+    "green": ("green", "tab:green", "limegreen"),
+    "blue": ("blue", "tab:blue", "royalblue"),
+    "purple": ("purple", "tab:purple"),
+    "grey": ("gray", "lightgray", "gainsboro", "darkgray", "tab:gray"),
+    "gray": ("gray", "lightgray", "gainsboro", "darkgray", "tab:gray"),
+    "橙色": ("orange", "tab:orange", "darkorange"),
+    "红色": ("red", "tab:red", "crimson"),
+    "绿色": ("green", "tab:green", "limegreen"),
+    "蓝色": ("blue", "tab:blue", "royalblue"),
+    "紫色": ("purple", "tab:purple"),
+    "灰色": ("gray", "lightgray", "gainsboro", "darkgray", "tab:gray"),
+}
+SAME_COLOUR = 0.25  # largest channel difference (0..1) at which a drawn colour still reads as the named one
+SOLID = 0.5  # an artist at least this opaque shows its own colour; a fainter one over an image shows a blend
 _NUMBER = re.compile(r"^[\s−\-+]*[\d.,]+(e[−\-+]?\d+)?\s*%?$|^\$.*\$$")
 
 
@@ -94,8 +121,14 @@ def figure_problems(fig, chinese: bool = False) -> list[str]:
         problems += [f"{name}: {p}" for p in _heatmap_problems(ax, fig, renderer)]
         problems += [f"{name}: {p}" for p in _key_problems(ax, renderer)]
         problems += [f"{name}: {p}" for p in _bar_problems(ax, renderer)]
+        problems += [f"{name}: {p}" for p in _log_bar_problems(ax)]
+        problems += [f"{name}: {p}" for p in _unread_height_problems(ax)]
     problems += _overlaps(_texts(fig, axes, renderer))
+    problems += [p for ax in axes if ax.axison for p in _crowded_ticks(ax, renderer)]
     problems += _colour_problems(plots)
+    problems += _named_colour_problems(fig, plots)
+    problems += _unnamed_colour_problems(fig, plots)
+    problems += _verdict_problems(plots)
     if chinese:
         problems += [
             f"English in a Chinese figure: {t!r} (translate it in course_utils/viz_zh.py)"
@@ -266,6 +299,14 @@ def _heatmap_problems(ax, fig, renderer):
             )
         if annotated and not categories:
             problems += _rounded_away(array, cells)
+        rows = [[cells[key] for key in sorted(cells) if key[0] == row] for row in range(array.shape[0])]
+        crowded = [pair for row in rows for pair in _too_near(row, 0, renderer)]
+        if crowded:
+            first, second, gap = crowded[0]
+            problems.append(
+                f"values written in a row of cells nearly touch ({first.get_text()!r} and {second.get_text()!r}, "
+                f"{gap:.0f} px apart): a larger figure, a smaller font or fewer digits"
+            )
         if categories:
             background = to_rgb(ax.get_facecolor())
             faint = [v for v in values if _distance(image.to_rgba(v)[:3], background) < 0.06]
@@ -404,6 +445,114 @@ def _bar_problems(ax, renderer):
     return []
 
 
+def _log_bar_problems(ax):
+    """A bar's length on a log axis is not its value: 1 MiB against 64 MiB reads as about 1:8."""
+    for container in ax.containers:
+        if not isinstance(container, BarContainer) or not any(p.get_visible() for p in container.patches):
+            continue
+        axis = ax.xaxis if container.orientation == "horizontal" else ax.yaxis
+        if axis.get_scale() != "linear":
+            return [
+                f"bars on a {axis.get_scale()} {axis.axis_name} axis (their lengths understate the ratios): "
+                "draw dots on the log axis, or bars on a linear one with their values written"
+            ]
+    return []
+
+
+def _unread_height_problems(ax):
+    """Shapes whose heights (widths) differ say something on that axis: it needs ticks or a label to be read."""
+    if not ax.axison:
+        return []
+    shapes = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_visible() and p.get_fill()]
+    problems = []
+    for axis, size in ((ax.yaxis, lambda p: abs(p.get_height())), (ax.xaxis, lambda p: abs(p.get_width()))):
+        sizes = {round(size(p), 9) for p in shapes} - {0.0}
+        if len(sizes) > 1 and not axis.get_label_text() and not list(_tick_labels(axis)):
+            problems.append(
+                f"shapes of {len(sizes)} different {'heights' if axis is ax.yaxis else 'widths'} on a "
+                f"{axis.axis_name} axis with neither ticks nor a label: say what the {axis.axis_name} size means"
+            )
+    return problems
+
+
+def _artist_colours(ax):
+    """(rgb, opacity) of each artist drawn in ``ax``: lines, patches (their faces and edges), collections."""
+    for line in ax.get_lines():
+        if line.get_visible():
+            yield to_rgb(line.get_color()), line.get_alpha() if line.get_alpha() is not None else 1.0
+    for patch in ax.patches:
+        if patch.get_visible():
+            faces = [patch.get_facecolor()] if patch.get_fill() else []
+            for rgba in faces + [patch.get_edgecolor()]:
+                if rgba[3] > 0:
+                    yield tuple(rgba[:3]), rgba[3]
+    for collection in ax.collections:
+        if collection.get_visible() and not isinstance(collection, QuadMesh):
+            for rgba in list(collection.get_facecolor()) + list(collection.get_edgecolor()):
+                yield tuple(rgba[:3]), rgba[3]
+
+
+def _named(fig, axes) -> list:
+    """The colour words the figure's texts say ("orange: masked inside, grey: skipped")."""
+    words = " ".join(_labels(fig, axes)).lower()
+    return [word for word in NAMED_COLOURS if re.search(rf"(?<![a-z]){word}(?![a-z])", words)]
+
+
+def _named_colour_problems(fig, axes):
+    """A text that says "orange" promises an orange artist; a faint orange span over a heatmap renders another
+    colour (over viridis, a maroon). An artist shows its colour when it is solid, or faint on a plain background."""
+    problems = []
+    for word in _named(fig, axes):
+        shown = [to_rgb(n) for n in NAMED_COLOURS[word]]
+        seen = [
+            alpha >= SOLID or not _images(ax)
+            for ax in axes
+            for rgb, alpha in _artist_colours(ax)
+            if any(_distance(rgb, colour) <= SAME_COLOUR for colour in shown)
+        ]
+        if seen and not any(seen):
+            problems.append(
+                f"a text names {word!r} but every {word} artist is faint over an image (it renders another colour): "
+                "draw it solid (an outline, a line) or name the colour it shows"
+            )
+    return problems
+
+
+def _unnamed_colour_problems(fig, axes):
+    """A key in words ("orange: masked, grey: skipped") must name every colour of the shapes it keys: a third colour
+    it leaves out is a category the reader cannot read."""
+    named = _named(fig, axes)
+    if not named:
+        return []
+    shown = [to_rgb(n) for word in named for n in NAMED_COLOURS[word]]
+    problems = []
+    for ax in axes:
+        if ax.get_legend() is not None or fig.legends:
+            continue
+        faces = {
+            to_hex(p.get_facecolor())
+            for p in ax.patches
+            if isinstance(p, Rectangle) and p.get_visible() and p.get_fill() and p.get_facecolor()[3] > 0
+        }
+        unnamed = sorted(c for c in faces if not any(_distance(to_rgb(c), s) <= SAME_COLOUR for s in shown))
+        if len(faces) > 1 and unnamed:
+            problems.append(
+                f"{_name(ax)}: the texts name {', '.join(named)} but not the colour {', '.join(unnamed)} it also "
+                "draws: name every colour, or give a legend"
+            )
+    return problems
+
+
+def _verdict_problems(axes):
+    """Panels side by side compare: when one is tagged WRONG (or RIGHT), the reader looks for the tag on the others."""
+    titles = [_title(ax) for ax in axes if _title(ax)]
+    tagged = [t for t in titles if _VERDICT.search(t)]
+    if tagged and len(tagged) < len(titles):
+        untagged = next(t for t in titles if not _VERDICT.search(t))
+        return [f"panel {tagged[0]!r} carries a verdict and panel {untagged!r} none: tag every panel or none"]
+    return []
+
+
 def _gap(a, b) -> float:
     dx = max(a.x0 - b.x1, b.x0 - a.x1, 0.0)
     dy = max(a.y0 - b.y1, b.y0 - a.y1, 0.0)
@@ -471,6 +620,33 @@ def _overlaps(texts):
         for i, j in candidates
         if _overlap_depth(quads[i], quads[j]) > OVERLAP_PX
     ]
+
+
+def _too_near(texts, along, renderer):
+    """(text, next text, gap in pixels) for neighbours along x (``along`` 0) or y (1) nearer than ``MIN_GAP_EM``
+    without overlapping (an overlap is reported as one)."""
+    boxes = sorted(((t.get_window_extent(renderer), t) for t in texts), key=lambda item: item[0].get_points()[0][along])
+    for (a, first), (b, second) in zip(boxes, boxes[1:], strict=False):
+        gap = b.get_points()[0][along] - a.get_points()[1][along]
+        if -OVERLAP_PX < gap < MIN_GAP_EM * first.get_fontsize() * first.figure.dpi / 72:
+            yield first, second, gap
+
+
+def _crowded_ticks(ax, renderer):
+    """Unrotated tick labels next to each other on one side of an axis, too near: they do not overlap, yet read as
+    one."""
+    problems = []
+    for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
+        shown = set(_tick_labels(axis))
+        for side in ("label1", "label2"):
+            labels = [getattr(tick, side) for tick in axis.get_major_ticks() + axis.get_minor_ticks()]
+            level = [t for t in labels if t in shown and t.get_rotation() % 180 == 0]
+            problems += [
+                f"tick labels {first.get_text()!r} and {second.get_text()!r} nearly touch ({gap:.0f} px apart): "
+                "fewer ticks, or set them apart"
+                for first, second, gap in _too_near(level, along, renderer)
+            ]
+    return problems
 
 
 def _colour_problems(axes):

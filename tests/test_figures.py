@@ -199,3 +199,92 @@ def test_the_hook_refuses_a_figure_with_problems_when_it_is_drawn(monkeypatch):
     fig = unlabelled()
     fig.axes[0].set_ylabel("ms")
     assert viz.figure_png(fig)
+
+
+def test_bars_on_a_log_axis_are_refused():
+    """A bar's length on a log axis is not its value: 1 MiB against 64 MiB drawn from 0.5 reads as about 1:8."""
+    fig, ax = plt.subplots()
+    ax.barh(["MLA", "MHA"], [1.0, 64.0])
+    ax.set_xscale("log"), ax.set_xlabel("KV cache (MiB)")
+    assert "bars on a log x axis" in problems_of(fig)
+    ax.set_xscale("linear")
+    assert problems_of(fig) == ""
+    fig, ax = plt.subplots()
+    ax.plot([64.0, 1.0], ["MHA", "MLA"], "o")  # dots on a log axis: the positions are the values
+    ax.set_xscale("log"), ax.set_xlabel("KV cache (MiB)")
+    assert problems_of(fig) == ""
+
+
+def test_heights_need_an_axis_that_reads_them():
+    fig, ax = plt.subplots()
+    for block, filled in enumerate([3, 1, 2]):
+        ax.add_patch(plt.Rectangle((block, 0), 0.9, filled, color="tab:blue"))
+    ax.set_xlim(0, 3), ax.set_ylim(0, 3), ax.set_yticks([]), ax.set_xlabel("block")
+    assert "shapes of 3 different heights on a y axis with neither ticks nor a label" in problems_of(fig)
+    ax.set_yticks(range(4)), ax.set_ylabel("slots filled")
+    assert problems_of(fig) == ""
+
+
+def test_a_colour_named_in_a_text_is_the_colour_drawn():
+    """A faint orange span over viridis renders maroon: the label's "orange" is then a colour the reader never sees."""
+    fig, ax = plt.subplots()
+    image = ax.imshow(np.random.default_rng(0).random((6, 6)), vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, label="weight")
+    span = ax.axvspan(1.5, 3.5, color="tab:orange", alpha=0.15)
+    ax.set_xlabel("key (orange: first copy)"), ax.set_ylabel("query")
+    assert "a text names 'orange' but every orange artist is faint over an image" in problems_of(fig)
+    span.remove()
+    ax.add_patch(plt.Rectangle((1.5, -0.5), 2, 6, fill=False, edgecolor="tab:orange", lw=2))  # solid outline
+    assert problems_of(fig) == ""
+    fig, ax = plt.subplots()  # a tint on a plain background keeps its colour
+    ax.plot([0, 5], [0, 1], label="accuracy"), ax.axvspan(1, 2, color="tab:orange", alpha=0.2, label="orange: change")
+    ax.set_xlabel("step"), ax.set_ylabel("accuracy"), ax.legend(loc="lower right")
+    assert problems_of(fig) == ""
+
+
+def test_panels_are_tagged_all_or_none():
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    for ax, title in zip(axes, ("is_causal=True: WRONG", "bottom-right mask"), strict=True):
+        ax.plot([0, 1], [0, 1]), ax.set_title(title), ax.set_xlabel("key"), ax.set_ylabel("query")
+    assert "panel 'is_causal=True: WRONG' carries a verdict and panel 'bottom-right mask' none" in problems_of(fig)
+    axes[1].set_title("bottom-right mask: RIGHT")
+    assert problems_of(fig) == ""
+
+
+def test_tick_labels_that_nearly_touch_are_refused():
+    """A symlog axis with its linear part narrow puts "0" a few pixels from "10¹": they read as "010¹"."""
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([0, 10, 100, 16384], [1, 0.9, 0.5, 0.1])
+    ax.set_xscale("symlog", linthresh=64), ax.set_xlim(0, 16384)
+    ax.set_xlabel("distance"), ax.set_ylabel("score")
+    found = problems_of(fig)
+    assert "nearly touch" in found and "{0}$" in found and "{10^{1}}$" in found
+    ax.set_xticks([0, 100, 1000, 10000])
+    assert problems_of(fig) == ""
+
+
+def test_values_in_a_row_of_cells_that_nearly_touch_are_refused():
+    """Six values a cell apart in a narrow panel: a few pixels between them, "0.000.000.00" once the figure is
+    scaled to the notebook's width."""
+    weights = np.tril(np.full((6, 6), 0.004))
+    fig, ax = plt.subplots(figsize=(2.6, 2.6))
+    image = ax.imshow(weights, vmin=0, vmax=1)
+    for i in range(6):
+        for j in range(6):
+            bold = "bold" if i == j else "normal"  # the row's largest marked
+            ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7, weight=bold)
+    ax.set_xlabel("key"), ax.set_ylabel("query"), fig.colorbar(image, ax=ax, label="weight")
+    assert "values written in a row of cells nearly touch ('0.00' and '0.00'" in problems_of(fig)
+    fig.set_size_inches(4.5, 4.5)
+    assert "nearly touch" not in problems_of(fig)
+
+
+def test_a_key_in_words_names_every_colour():
+    fig, ax = plt.subplots(figsize=(3, 3))
+    for j, colour in enumerate(["lightgray", "tab:orange", "tab:blue"]):
+        ax.add_patch(plt.Rectangle((j, 0), 1, 1, facecolor=colour))
+    ax.set_xlim(0, 3), ax.set_xlabel("key block"), ax.set_ylabel("query block")
+    ax.set_title("tiles (orange: masked inside, grey: skipped)")
+    assert "the texts name orange, grey but not the colour #1f77b4" in problems_of(fig)
+    ax.set_title("tiles (orange: masked inside, blue: computed, grey: skipped)")
+    assert problems_of(fig) == ""
