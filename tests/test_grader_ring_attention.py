@@ -200,6 +200,39 @@ def test_an_exchange_that_breaks_its_contract_is_said_so():
     assert "ring_exchange must return (k_next, v_next), got Tensor" in result.report()
 
 
+LOOPBACK_ONLY = '''
+
+def ring_exchange(k, v, rank, world_size):
+    """The reference's exchange, after checking that each socket this rank holds is bound to loopback."""
+    import os
+    import re
+
+    mine = {m for fd in os.listdir("/proc/self/fd") for m in re.findall(r"socket:\\[(\\d+)\\]", _link(fd))}
+    held = [row.split() for table in ("tcp", "tcp6") for row in open(f"/proc/self/net/{table}").read().splitlines()[1:]]
+    held = [fields[1] for fields in held if fields[9] in mine]
+    assert len(held) >= 2, held  # gloo's listener and a pair to each peer
+    assert all(local.split(":")[0] in LOOPBACK for local in held), f"rank {rank} holds sockets on {held}"
+    return reference_exchange(k, v, rank, world_size)
+
+
+LOOPBACK = ("0100007F", "00000000000000000000000001000000")  # 127.0.0.1 and ::1 as /proc/net writes them
+
+
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+'''
+
+
+def test_the_ranks_sockets_are_all_on_loopback():
+    """While the ring runs, every TCP socket a rank holds (gloo's listener and its pairs) is bound to loopback."""
+    src = REFERENCE.replace("def ring_exchange(", "def reference_exchange(") + "\nimport os\n" + LOOPBACK_ONLY
+    result = grade(EX, src)
+    assert result, result.report()
+
+
 def test_course_utils_used_as_a_submission_gets_no_credit():
     src = REFERENCE.replace(
         "    m = torch.maximum(lse, lse_i)  #MAX",
