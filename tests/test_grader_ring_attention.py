@@ -192,6 +192,16 @@ def test_a_ring_that_deadlocks_is_named_after_a_bounded_wait(style):
     assert result.checks_passed == 8 and "still inside ring_exchange" in result.report()
 
 
+def test_a_rank_that_loops_is_stuck_not_deadlocked():
+    """A rank spinning inside its exchange (it uses the CPU; a deadlocked rank waits idle) is stopped after the same
+    bounded wait and said to be computing, not deadlocked; the ring of 2 processes, without the loop, passes."""
+    exchange = REFERENCE[REFERENCE.index("def ring_exchange") :].split("\n", 1)[1]
+    loop = "    while world_size == 3 and rank == 0:\n        pass  # busy forever\n"
+    result = grade(EX, RING_STEP + "\n\ndef ring_exchange(k, v, rank, world_size):\n" + loop + exchange)
+    assert not result and result.diagnosis == "exception" and result.checks_passed == 9, result.report()
+    assert "rank(s) 0 still computing inside ring_exchange" in result.report()
+
+
 def test_an_exchange_that_breaks_its_contract_is_said_so():
     """A rank whose exchange returns one tensor reports it at once: the others are stopped, nothing waits."""
     src = RING_STEP + "\n\ndef ring_exchange(k, v, rank, world_size):\n    return torch.cat([k, v], dim=-1)\n"

@@ -503,7 +503,7 @@ CHILD_ZH = {
         "环不再前进：{seconds} 秒后 rank {ranks} 仍停在 ring_exchange 里（环的第 {step} 步），"
         "每个 rank 都在等一个同样在等待的邻居；这些进程已被终止"
     ),
-    "ring_stuck": "{seconds} 秒后 rank {ranks} 仍停在 ring_step 里（是不是有死循环？）；这些进程已被终止",
+    "ring_stuck": "{seconds} 秒后 rank {ranks} 仍在 {function} 里不停地计算（是不是有死循环？）；这些进程已被终止",
     "ring_join": "环上的 {count} 个进程没能加入它们的进程组：{why}",
     "ring_rank_ended": "rank {rank} 没有发回结果就结束了（调用了 os._exit，还是崩溃了？）",
     "accepted": (

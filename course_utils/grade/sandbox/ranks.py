@@ -32,6 +32,7 @@ except ImportError:  # sandboxed: beside harness.py in /grader
 JOIN_SECONDS = 10.0  # every rank joining the group (gloo's own timeout too: a blocked rank gives up after it)
 DEADLOCK_SECONDS = 3.0  # from the last rank joining to every rank done: the ring's work takes milliseconds
 DEADLOCK = "Deadlock"  # the error type of a ring stopped while its ranks were passing K/V
+BUSY = 0.1  # a stalled rank that used more of a CPU than this is computing (a loop), not blocked in a transfer
 JOINING, STEPPING, EXCHANGING, DONE = range(4)  # where a rank is, written by it into memory the parent reads
 _SLOT = struct.Struct("ii")  # (phase, step) per rank
 
@@ -166,10 +167,20 @@ def run_ring_case(step_fn, exchange_fn, case: dict, describe, learner_files=None
     return record
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process has used (Linux's /proc), None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _collect(children: dict, buffers: dict, phases, world_size: int) -> dict:
     """Read every rank's payload while watching the ring's progress; {"outputs": ...} or {"error": ...}."""
     start = time.monotonic()
-    joined_at = None
+    joined_at, cpu_at_join = None, {}
     payloads = {}
     open_fds = set(children)
     while open_fds:
@@ -194,22 +205,33 @@ def _collect(children: dict, buffers: dict, phases, world_size: int) -> dict:
         states = [_SLOT.unpack_from(phases, r * _SLOT.size) for r in range(world_size)]
         if joined_at is None and all(phase != JOINING for phase, _ in states):
             joined_at = now
+            cpu_at_join = {rank: _cpu_seconds(pid) for rank, pid in children.values()}
         if joined_at is None and now - start > JOIN_SECONDS + 1:
             return {"error": _error("ring_join", count=str(world_size), why=f"not joined after {JOIN_SECONDS:g} s")}
         if joined_at is not None and now - joined_at > DEADLOCK_SECONDS and open_fds:
-            return {"error": _stalled(states)}
+            used = {rank: _cpu_seconds(pid) for rank, pid in children.values()}
+            busy = {
+                rank
+                for rank, before in cpu_at_join.items()
+                if before is not None and used[rank] is not None and used[rank] - before > BUSY * (now - joined_at)
+            }
+            return {"error": _stalled(states, busy)}
     outputs = {}
     for rank in sorted(payloads):
         outputs.update(payloads[rank])
     return {"outputs": outputs}
 
 
-def _stalled(states) -> dict:
-    """The error of a ring stopped at the deadline: deadlocked (a rank blocked passing K/V) or stuck computing."""
+def _stalled(states, busy: set) -> dict:
+    """The error of a ring stopped at the deadline: deadlocked (its ranks idle, blocked passing K/V) or stuck (a
+    rank still computing: in ring_step, or busy inside ring_exchange)."""
     exchanging = [r for r, (phase, _) in enumerate(states) if phase == EXCHANGING]
     stepping = [r for r, (phase, _) in enumerate(states) if phase == STEPPING]
     seconds = f"{DEADLOCK_SECONDS:g}"
     if stepping:
-        return _error("ring_stuck", ranks=_ranks_text(stepping), seconds=seconds)
+        return _error("ring_stuck", ranks=_ranks_text(stepping), function="ring_step", seconds=seconds)
+    if busy & set(exchanging):
+        ranks = sorted(busy & set(exchanging))
+        return _error("ring_stuck", ranks=_ranks_text(ranks), function="ring_exchange", seconds=seconds)
     steps = sorted({states[r][1] + 1 for r in exchanging})
     return _error("ring_deadlock", ranks=_ranks_text(exchanging), step=_ranks_text(steps), seconds=seconds)
