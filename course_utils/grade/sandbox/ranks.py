@@ -52,6 +52,11 @@ def _pair(value, name: str, what: str):
     return value
 
 
+def _name(fn, default: str) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else default
+
+
 def _plain(t):
     return t.detach().to("cpu").as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else None
 
@@ -84,12 +89,12 @@ def _rank(rank, world_size, store, call, step_fn, exchange_fn, phases, out_fd, h
                 source = (rank - step) % world_size  # the chunk a correct ring holds now
                 _SLOT.pack_into(phases, rank * _SLOT.size, STEPPING, step)
                 with torch.no_grad():
-                    out, lse = _pair(step_fn(q, k, v, out, lse, rank, source, world_size, seq_len, layout, causal),
-                                     getattr(step_fn, "__name__", "ring_step"), "(out, lse)")
+                    result = step_fn(q, k, v, out, lse, rank, source, world_size, seq_len, layout, causal)
+                out, lse = _pair(result, _name(step_fn, "ring_step"), "(out, lse)")
                 if step < world_size - 1:
                     _SLOT.pack_into(phases, rank * _SLOT.size, EXCHANGING, step)
-                    k, v = _pair(exchange_fn(k, v, rank, world_size), getattr(exchange_fn, "__name__", "ring_exchange"),
-                                 "(k_next, v_next)")
+                    received = exchange_fn(k, v, rank, world_size)
+                    k, v = _pair(received, _name(exchange_fn, "ring_exchange"), "(k_next, v_next)")
                     payload["outputs"][f"rank{rank}.recv{step + 1}.k"] = _plain(k)
                     payload["outputs"][f"rank{rank}.recv{step + 1}.v"] = _plain(v)
             payload["outputs"][f"rank{rank}.out"] = _plain(out)
@@ -195,6 +200,8 @@ def _collect(children: dict, buffers: dict, phases, world_size: int) -> dict:
             try:
                 payload = torch.load(io.BytesIO(buffers[fd]), weights_only=True)
             except Exception:  # noqa: BLE001 - the rank died before its payload was whole
+                payload = None
+            if not isinstance(payload, dict) or not isinstance(payload.get("outputs", {}), dict):
                 return {"error": _error("ring_rank_ended", rank=str(rank))}
             if payload.get("join"):
                 return {"error": _error("ring_join", count=str(world_size), why=str(payload["join"]))}
