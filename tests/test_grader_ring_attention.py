@@ -1,7 +1,9 @@
-"""The grader on exercise 15 (ring_attention): one step of ring attention on one rank. The solution and two
-alternative correct implementations pass, the stub says "not implemented", every misconception gets its own named
-diagnosis (in the notebook's kernel and in the sandbox), the exercise's texts are its own, and the grader's
-reference, stepped around the whole ring, computes what course_utils' checked ring and SDPA compute."""
+"""The grader on exercise 15 (ring_attention): one step of ring attention on one rank, and its exchange of K/V
+between real processes. The solution and two alternative correct implementations (of the step and of the
+exchange: batch_isend_irecv, isend/irecv, blocking send/recv ordered by parity) pass, the stub says "not
+implemented", every misconception gets its own named diagnosis (in the notebook's kernel and in the sandbox), a ring
+that deadlocks is named after a bounded wait, the exercise's texts are its own, and the grader's reference, stepped
+around the whole ring, computes what course_utils' checked ring and SDPA compute."""
 
 import re
 from pathlib import Path
@@ -14,10 +16,18 @@ import torch.nn.functional as F
 import course_utils as cu
 from course_utils.grade import check, messages, runner
 from course_utils.grade.exercises import get
-from course_utils.grade.exercises.ring_attention import TEXTS, RingVariant, positions, ring_forward
+from course_utils.grade.exercises.ring_attention import (
+    RING_SHAPES,
+    TEXTS,
+    RingVariant,
+    positions,
+    ring_forward,
+    ring_run,
+    ring_run_case,
+)
 from tests.conftest import grade, load
 from tests.grader_cases.implementations import mutate
-from tests.grader_cases.ring_attention import ALTERNATIVES, MUTANTS, REFERENCE, STUB
+from tests.grader_cases.ring_attention import ALTERNATIVES, DEADLOCKS, MUTANTS, REFERENCE, RING_STEP, STUB
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "ring_attention"
@@ -32,7 +42,9 @@ def test_registered():
         "15_ring_attention",
         15,
     )
-    assert ex.correct == RingVariant() and len(ex.make_cases()) == 7
+    cases = ex.make_cases()
+    assert ex.correct == RingVariant() and len(cases) == 9
+    assert [c.calls[0].ranks for c in cases[-2:]] == [shape[0] for shape in RING_SHAPES]  # the process rings last
 
 
 def test_solution_notebook_holds_the_graded_reference():
@@ -61,6 +73,13 @@ def test_stub_is_not_implemented():
     assert "not implemented yet" in result.summary and "Traceback" not in result.report()
 
 
+def test_a_stubbed_exchange_is_named():
+    """The step written, the exchange still the stub: the learner is told which function is left to write."""
+    result = grade(EX, RING_STEP + "\n\n" + STUB[STUB.index("def ring_exchange") :])
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "write ring_exchange" in result.summary, result.report()
+
+
 @pytest.mark.parametrize("key,edits", MUTANTS, ids=[key for key, _ in MUTANTS])
 def test_mutant_gets_its_diagnosis(key, edits):
     result = grade(EX, mutate(REFERENCE, edits))
@@ -80,7 +99,7 @@ def test_catalogue_and_texts():
         "ring_zigzag_as_contiguous",
         "ring_zigzag_second_piece",
     } <= keys
-    assert {k for k, _ in MUTANTS} == keys
+    assert {k for k, _ in MUTANTS} | {"ring_deadlock"} == keys
     own = {k for k in keys if k.startswith("ring_")}
     assert {"mutant." + k for k in own} <= set(TEXTS)
     assert {"case:" + c.name for c in get(EX).make_cases(seed=0)} <= set(TEXTS)
@@ -92,8 +111,9 @@ def test_merge_without_the_max_overflows_only_on_large_scores():
     """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
     cases = get(EX).make_cases(seed=2)
     no_max = RingVariant(merge="no_max")
-    nan_cases = [c.name for c in cases if torch.isnan(get(EX).expected(c, no_max)["step1.out"]).any()]
-    assert nan_cases == [cases[-1].name] and "hundreds" in cases[-1].name
+    outputs = {c.name: get(EX).expected(c, no_max) for c in cases}
+    nan_cases = [name for name, out in outputs.items() if any(torch.isnan(t).any() for t in out.values())]
+    assert len(nan_cases) == 1 and "hundreds" in nan_cases[0]
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
@@ -136,6 +156,22 @@ def test_grader_reference_around_the_ring_equals_course_utils(world_size, seq_le
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
 
+@pytest.mark.parametrize("world_size,seq_len,layout,causal", [(3, 12, "contiguous", True), (2, 16, "zigzag", True)])
+def test_grader_ring_of_processes_equals_sdpa(world_size, seq_len, layout, causal):
+    """What the grader expects of the ring of processes (every rank's output, gathered) is SDPA; each chunk a rank
+    receives is its left neighbour's, and the backwards ring holds rank + t's chunk at step t."""
+    case = ring_run_case("ring", torch.Generator().manual_seed(seq_len), world_size, seq_len, layout, causal)
+    call = case.calls[0]
+    q_chunks, k_chunks, v_chunks = call.args[:3]
+    expected = ring_run(call, RingVariant())
+    q, k, v = (cu.gather_sequence(list(chunks), layout) for chunks in (q_chunks, k_chunks, v_chunks))
+    got = cu.gather_sequence([expected[f"rank{r}.out"] for r in range(world_size)], layout)
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    assert torch.equal(expected["rank0.recv1.k"], k_chunks[world_size - 1])
+    backwards = ring_run(call, RingVariant(exchange="backwards"))
+    assert torch.equal(backwards["rank0.recv1.k"], k_chunks[1 % world_size])
+
+
 # ---------------------------------------------------------------- the notebook's check and the sandbox
 
 
@@ -143,8 +179,68 @@ def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE, "ring_step"))
     assert not check(EX, None)
     out = capsys.readouterr().out
-    assert "✅ ring_attention: all 8 checks passed" in out
+    assert "✅ ring_attention: all 10 checks passed" in out
     assert "not implemented yet: define function ring_step" in out
+
+
+@pytest.mark.parametrize("style", sorted(DEADLOCKS))
+def test_a_ring_that_deadlocks_is_named_after_a_bounded_wait(style):
+    """Every rank blocked in its first send (or receive): the ranks are stopped and the mistake is named; the
+    first ring's deadlock stands for the second's (not waited for again)."""
+    result = grade(EX, DEADLOCKS[style])
+    assert not result and result.diagnosis == "ring_deadlock", result.report()
+    assert result.checks_passed == 8 and "still inside ring_exchange" in result.report()
+
+
+def test_a_rank_that_loops_is_stuck_not_deadlocked():
+    """A rank spinning inside its exchange (it uses the CPU; a deadlocked rank waits idle) is stopped after the same
+    bounded wait and said to be computing, not deadlocked; the ring of 2 processes, without the loop, passes."""
+    exchange = REFERENCE[REFERENCE.index("def ring_exchange") :].split("\n", 1)[1]
+    loop = "    while world_size == 3 and rank == 0:\n        pass  # busy forever\n"
+    result = grade(EX, RING_STEP + "\n\ndef ring_exchange(k, v, rank, world_size):\n" + loop + exchange)
+    assert not result and result.diagnosis == "exception" and result.checks_passed == 9, result.report()
+    assert "rank(s) 0 still computing inside ring_exchange" in result.report()
+
+
+def test_an_exchange_that_breaks_its_contract_is_said_so():
+    """A rank whose exchange returns one tensor reports it at once: the others are stopped, nothing waits."""
+    src = RING_STEP + "\n\ndef ring_exchange(k, v, rank, world_size):\n    return torch.cat([k, v], dim=-1)\n"
+    result = grade(EX, src)
+    assert not result and result.diagnosis == "contract", result.report()
+    assert "ring_exchange must return (k_next, v_next), got Tensor" in result.report()
+
+
+LOOPBACK_ONLY = '''
+
+def ring_exchange(k, v, rank, world_size):
+    """The reference's exchange, after checking that each socket this rank holds is bound to loopback."""
+    import os
+    import re
+
+    mine = {m for fd in os.listdir("/proc/self/fd") for m in re.findall(r"socket:\\[(\\d+)\\]", _link(fd))}
+    held = [row.split() for table in ("tcp", "tcp6") for row in open(f"/proc/self/net/{table}").read().splitlines()[1:]]
+    held = [fields[1] for fields in held if fields[9] in mine]
+    assert len(held) >= 2, held  # gloo's listener and a pair to each peer
+    assert all(local.split(":")[0] in LOOPBACK for local in held), f"rank {rank} holds sockets on {held}"
+    return reference_exchange(k, v, rank, world_size)
+
+
+LOOPBACK = ("0100007F", "00000000000000000000000001000000")  # 127.0.0.1 and ::1 as /proc/net writes them
+
+
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+'''
+
+
+def test_the_ranks_sockets_are_all_on_loopback():
+    """While the ring runs, every TCP socket a rank holds (gloo's listener and its pairs) is bound to loopback."""
+    src = REFERENCE.replace("def ring_exchange(", "def reference_exchange(") + "\nimport os\n" + LOOPBACK_ONLY
+    result = grade(EX, src)
+    assert result, result.report()
 
 
 def test_course_utils_used_as_a_submission_gets_no_credit():
@@ -158,13 +254,13 @@ def test_course_utils_used_as_a_submission_gets_no_credit():
 
 @pytest.mark.requires_sandbox
 def test_graded_in_the_sandbox(tmp_path):
-    """Submissions as files, through the sandboxed runner: the solution and an alternative pass, two mistakes
-    are named as in process."""
+    """Submissions as files, through the sandboxed runner (its ring of processes on the sandbox's own loopback):
+    the solution and an alternative pass, the exchange's mistakes are named as in process."""
     subs = {
         "ref": REFERENCE,
         "alt": ALTERNATIVES["stacked_partials"],
-        "zigzag": mutate(REFERENCE, dict(MUTANTS)["ring_zigzag_second_piece"]),
-        "mean": mutate(REFERENCE, dict(MUTANTS)["ring_merge_without_rescaling"]),
+        "backwards": mutate(REFERENCE, dict(MUTANTS)["ring_passed_backwards"]),
+        "deadlock": DEADLOCKS["send_first"],
     }
     found = {}
     for name, src in subs.items():
@@ -174,5 +270,5 @@ def test_graded_in_the_sandbox(tmp_path):
         assert [r.exercise for r in report.results] == [EX], report.to_dict()
         found[name] = report.results[0]
     assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
-    assert found["zigzag"].diagnosis == "ring_zigzag_second_piece", found["zigzag"].report()
-    assert found["mean"].diagnosis == "ring_merge_without_rescaling", found["mean"].report()
+    assert found["backwards"].diagnosis == "ring_passed_backwards", found["backwards"].report()
+    assert found["deadlock"].diagnosis == "ring_deadlock", found["deadlock"].report()

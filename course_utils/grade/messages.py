@@ -50,6 +50,13 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "label.grad_input": ("the gradient of the input", "输入的梯度"),
     "label.grad": ("the gradient of {param}", "{param} 的梯度"),
     "label.step": ("{step}: {what}", "第 {n} 次调用的{what}"),
+    "label.rank": ("{what} of rank {rank}", "rank {rank} 的{what}"),
+    "label.received": (
+        "{what} rank {rank} received before ring step {step}",
+        "rank {rank} 在第 {step} 步之前收到的{what}",
+    ),
+    "label.received_k": ("the keys", "键"),
+    "label.received_v": ("the values", "值"),
     "compare.not_none": ("{label} must be None when use_cache=False", "use_cache=False 时{label}必须是 None"),
     "compare.missing": ("{label} is missing", "缺少{label}"),
     "compare.none": ("{label} is None, expected a tensor of shape {shape}", "{label}是 None，应为形状 {shape} 的张量"),
@@ -491,6 +498,14 @@ CHILD_ZH = {
     "not_class": "{name} 不是类",
     "not_function": "{name} 不是函数",
     "stopped": "{exercise} 的评分中途停止了：{message}",
+    "ring_pair": "{name} 必须返回 {what}，你返回的是 {type}",
+    "ring_deadlock": (
+        "环不再前进：{seconds} 秒后 rank {ranks} 仍停在 ring_exchange 里（环的第 {step} 步），"
+        "每个 rank 都在等一个同样在等待的邻居；这些进程已被终止"
+    ),
+    "ring_stuck": "{seconds} 秒后 rank {ranks} 仍在 {function} 里不停地计算（是不是有死循环？）；这些进程已被终止",
+    "ring_join": "环上的 {count} 个进程没能加入它们的进程组：{why}",
+    "ring_rank_ended": "rank {rank} 没有发回结果就结束了（调用了 os._exit，还是崩溃了？）",
     "accepted": (
         "任何 nn.Module 类（文件里只有一个就评它；有好几个就评 check() 指定的那个，否则评能跑起来的那个）；"
         "构造函数按参数名填写：d_in/d_out（书中的写法，顺序不限）、d_model | embed_dim | hidden_size | dim "

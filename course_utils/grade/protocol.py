@@ -53,6 +53,8 @@ def plan_case(case: Case) -> dict:
                 "peak_bound": c.peak_bound,
                 "state": list(c.state),
                 "helper": c.helper,
+                "ranks": c.ranks,
+                "exchange": c.exchange,
             }
             for c in case.calls
         ],
@@ -199,6 +201,9 @@ def _expected_names(case: Case, params: list) -> set:
         if call.tile_bound is not None:
             names.add(f"step{i}.{call.bound_label}")
         names |= {f"step{i}.{name}" for name, _ in call.state}
+        for r in range(call.ranks or 0):  # a ring of processes: each rank's result and the chunks it received
+            names |= {f"rank{r}.out", f"rank{r}.lse"}
+            names |= {f"rank{r}.recv{t}.{kv}" for t in range(1, call.ranks) for kv in "kv"}
         if call.use_cache is not None:
             names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
         if call.grad is not None:

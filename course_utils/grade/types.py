@@ -47,6 +47,10 @@ class Call:
     peak_bound: int | None = None  # a tiled function: how far (bytes) the process's peak memory may rise
     helper: str | None = None  # a function exercise: the contract's other function called instead, found beside
     # the graded one (exercise 13's merge_partials)
+    ranks: int | None = None  # a function exercise run on a ring of this many processes (exercise 15): args are
+    # (q, k, v chunks per rank, seq_len, layout, causal); each rank steps the graded function and passes K/V on with
+    # the contract's function ``exchange``; outputs rank<r>.out, rank<r>.lse, rank<r>.recv<t>.k/.v
+    exchange: str | None = None
     state: tuple[tuple[str, int], ...] = ()  # a function's arguments it writes into: (name, index in args), each
     # read back after the call from the copy the learner's function was handed, as the output step<i>.<name>
 

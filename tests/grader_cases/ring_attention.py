@@ -1,7 +1,9 @@
 """Learner-style code for exercise 15 (ring_attention): the reference solution (lines tagged ``#TAG``), two
-alternative correct implementations in other styles, a stub, and misconception mutants as line edits of the
-reference (``mutate`` from implementations.py)."""
+alternative correct implementations in other styles (of the step and of the exchange), a stub, and misconception
+mutants as line edits of the reference (``mutate`` from implementations.py), or as whole exchanges (the deadlocks)."""
 from tests.grader_cases.implementations import HEADER
+
+HEADER = HEADER.rstrip("\n") + "\nimport torch.distributed as dist\n\n"
 
 # the solution notebook's code (solutions/15_ring_attention.ipynb), tagged for the mutants
 RING_STEP = HEADER + '''
@@ -34,7 +36,21 @@ def ring_step(q, k_chunk, v_chunk, out, lse, rank, source, world_size, seq_len, 
     return new_out, new_lse
 '''
 
-REFERENCE = RING_STEP
+# its exchange: both sends and both receives posted at once, then waited on
+RING_EXCHANGE = '''
+
+def ring_exchange(k, v, rank, world_size):
+    """Send this rank's K/V chunk to rank + 1 while receiving rank - 1's."""
+    nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size  #NEIGHBOURS
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)  # every rank's chunk has this shape
+    sends = [dist.P2POp(dist.isend, t, nxt) for t in (k, v)]
+    receives = [dist.P2POp(dist.irecv, t, prev) for t in (k_next, v_next)]
+    for work in dist.batch_isend_irecv(sends + receives):
+        work.wait()
+    return k_next, v_next
+'''
+
+REFERENCE = RING_STEP + RING_EXCHANGE
 
 ALTERNATIVES = {
     # positions by arithmetic on the pieces' bounds, an additive mask, and the merge by logaddexp: each side
@@ -70,6 +86,17 @@ def ring_step(q, k_chunk, v_chunk, out, lse, rank, source, world_size, seq_len, 
     new_lse = torch.logaddexp(lse, lse_i)
     new_out = out * torch.exp(lse - new_lse).unsqueeze(-1) + out_i * torch.exp(lse_i - new_lse).unsqueeze(-1)
     return new_out, new_lse
+
+
+def ring_exchange(k, v, rank, world_size):
+    """K and V as one message: an isend and an irecv, each waited on."""
+    kv = torch.cat([k, v], dim=-1)
+    incoming = torch.empty_like(kv)
+    sending = dist.isend(kv, dst=(rank + 1) % world_size)
+    receiving = dist.irecv(incoming, src=(rank - 1) % world_size)
+    sending.wait()
+    receiving.wait()
+    return incoming[..., : k.shape[-1]], incoming[..., k.shape[-1] :]
 ''',
     # the step as split-K with two partials: stack the running result and the chunk's, softmax over their lses
     "stacked_partials": HEADER + '''
@@ -92,11 +119,33 @@ def ring_step(q, k_chunk, v_chunk, out, lse, rank, source, world_size, seq_len, 
     weights = torch.softmax(lses, dim=0)  # each partial's share of the row's sum
     merged = (weights.unsqueeze(-1) * torch.stack([out, chunk_out])).sum(0)
     return merged, torch.logsumexp(lses, dim=0)
+
+
+def ring_exchange(k, v, rank, world_size):
+    """Blocking send and recv, ordered by parity so that every send meets a posted receive."""
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    got_k, got_v = torch.empty_like(k), torch.empty_like(v)
+    if rank % 2 == 0:
+        dist.send(k, right)
+        dist.send(v, right)
+        dist.recv(got_k, left)
+        dist.recv(got_v, left)
+    else:
+        dist.recv(got_k, left)
+        dist.recv(got_v, left)
+        dist.send(k, right)
+        dist.send(v, right)
+    return got_k, got_v
 ''',
 }
 
 STUB = HEADER + '''
 def ring_step(q, k_chunk, v_chunk, out, lse, rank, source, world_size, seq_len, layout, causal):
+    # YOUR CODE HERE
+    raise NotImplementedError("your code here")
+
+
+def ring_exchange(k, v, rank, world_size):
     # YOUR CODE HERE
     raise NotImplementedError("your code here")
 '''
@@ -113,4 +162,29 @@ MUTANTS = [
     ("ring_merge_without_max", {"MAX": "m = torch.zeros_like(lse)"}),
     ("ring_lse_not_updated", {"LSE": "new_lse = lse"}),
     ("no_scale", {"SCALE": "scores = q @ k_chunk.transpose(-2, -1)"}),
+    ("ring_passed_backwards", {"NEIGHBOURS": "nxt, prev = (rank - 1) % world_size, (rank + 1) % world_size"}),
 ]
+
+# the exchanges that deadlock: (expected diagnosis key, the reference's step with this exchange)
+DEADLOCKS = {
+    "send_first": RING_STEP + '''
+
+def ring_exchange(k, v, rank, world_size):
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    dist.send(k, (rank + 1) % world_size)  # every rank sends first: no receive is ever posted
+    dist.send(v, (rank + 1) % world_size)
+    dist.recv(k_next, (rank - 1) % world_size)
+    dist.recv(v_next, (rank - 1) % world_size)
+    return k_next, v_next
+''',
+    "recv_first": RING_STEP + '''
+
+def ring_exchange(k, v, rank, world_size):
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    dist.recv(k_next, (rank - 1) % world_size)  # every rank receives first: nothing is ever sent
+    dist.recv(v_next, (rank - 1) % world_size)
+    dist.send(k, (rank + 1) % world_size)
+    dist.send(v, (rank + 1) % world_size)
+    return k_next, v_next
+''',
+}

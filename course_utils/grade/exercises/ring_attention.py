@@ -2,6 +2,10 @@
 one step of ring attention on one rank (notebook 15): the K/V chunk of rank ``source`` has just arrived; attend this
 rank's queries to it with the mask that chunk's place in the sequence calls for (contiguous or zigzag layout), and
 merge the partial result into the running ``(out, lse)`` by log-sum-exp. A function: it returns (out, lse).
+Beside it ``ring_exchange(k, v, rank, world_size) -> (k_next, v_next)``, the step's communication: send this
+rank's K/V chunk to rank + 1 and receive rank - 1's, with torch.distributed's point-to-point operations. The last
+cases run both on a ring of real processes (``sandbox/ranks.py``: gloo on loopback), every rank stepping the whole
+ring; a ring that deadlocks is stopped after a few seconds and named.
 
 The reference computation and each misconception are the flags of ``RingVariant``. The running ``(out, lse)`` a
 case hands over is the reference ring's after its earlier steps, so every row has seen its own chunk already
@@ -73,6 +77,38 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
 }
 
+TEXTS.update(
+    {
+        "mutant.ring_deadlock": (
+            "deadlock: every rank called a blocking send first (or a blocking recv first), so each waits for a "
+            "neighbour that is itself waiting and the ring never moves (it was stopped after a few seconds); post "
+            "the send and the receive together (dist.isend and dist.irecv, or dist.batch_isend_irecv) and wait on "
+            "both, or order them by parity: even ranks send then receive, odd ranks receive then send",
+            "死锁：每个 rank 都先调用了阻塞的 send（或都先调用了阻塞的 recv），于是每个 rank 都在等一个同样在等待的"
+            "邻居，环一步也走不动（几秒后被终止）。应同时发起发送和接收（dist.isend 与 dist.irecv，或 "
+            "dist.batch_isend_irecv）再等待两者完成，或按奇偶排好顺序：偶数 rank 先发后收，奇数 rank 先收后发",
+        ),
+        "mutant.ring_passed_backwards": (
+            "the K/V chunks travel the wrong way round the ring: each rank sent to rank - 1 and received from "
+            "rank + 1, so at step t it holds the chunk of rank + t, not that of rank - t (the source ring_step is "
+            "told); send to (rank + 1) % world_size and receive from (rank - 1) % world_size",
+            "K/V 块在环上传反了方向：每个 rank 发给了 rank - 1、从 rank + 1 接收，于是第 t 步它拿到的是 rank + t "
+            "的块，而不是 ring_step 被告知的来源 rank - t 的块。应发给 (rank + 1) % world_size，从 "
+            "(rank - 1) % world_size 接收",
+        ),
+    }
+)
+
+RING_TITLES = {
+    "a ring of 3 processes (gloo on loopback), contiguous, causal, 12 tokens: ring_step and ring_exchange at "
+    "every step": "3 个进程组成的环（回环地址上的 gloo），连续切分，因果，12 个 token：每一步都调用 ring_step 和 "
+    "ring_exchange",
+    "a ring of 2 processes (gloo on loopback), zigzag, causal, 16 tokens": "2 个进程组成的环（回环地址上的 "
+    "gloo），之字形切分，因果，16 个 token",
+}
+TEXTS.update({"case:" + en: (en, zh) for en, zh in RING_TITLES.items()})
+RING_SHAPES = ((3, 12, "contiguous", True), (2, 16, "zigzag", True))  # (world_size, seq_len, layout, causal)
+
 CASE_TITLES = {
     "step 0, contiguous, causal: the rank's own chunk (out = 0, lse = -inf before it), 2 ranks, 9 tokens": "第 0 步，连续切分，因果：本 rank 自己的块（之前 out = 0，lse = -inf），2 个 rank，9 个 token",
     "contiguous, not causal, 3 ranks, 10 tokens, rank 1 receives rank 0's chunk": "连续切分，非因果，3 个 rank，10 个 token，rank 1 收到 rank 0 的块",
@@ -92,6 +128,7 @@ class RingVariant:
     merge: str = "ok"  # ok | mean | no_max
     lse: str = "ok"  # ok | kept (the running lse returned unchanged)
     scale: bool = True
+    exchange: str = "ok"  # ok | backwards (K/V sent to rank - 1) | deadlock (every rank blocks in its first exchange)
 
 
 M_NO_SCALE = Mistake("no_scale", text="no_scale_online")  # exercise 09's words
@@ -103,6 +140,15 @@ M_LATER_ATTENDED = Mistake("ring_later_chunk_attended")
 M_EARLIER_SKIPPED = Mistake("ring_earlier_chunk_skipped")
 M_ZIGZAG_CONTIGUOUS = Mistake("ring_zigzag_as_contiguous")
 M_ZIGZAG_SECOND = Mistake("ring_zigzag_second_piece")
+M_DEADLOCK = Mistake("ring_deadlock")
+M_BACKWARDS = Mistake("ring_passed_backwards")
+
+
+class RingDeadlock(Exception):
+    """What a ring whose ranks all block in their first exchange ends in: the harness stops it and says so."""
+
+    where = "forward"
+    error_type = "Deadlock"  # sandbox/ranks.py's DEADLOCK: only that error matches this mistake
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +251,39 @@ def ring_case(name, g, world_size, seq_len, layout, causal, rank, source, *, sca
     )
 
 
+def ring_run_case(name, g, world_size, seq_len, layout, causal, heads=2, head_dim=8):
+    """The whole ring on ``world_size`` real processes: each rank gets its q, k, v chunk (all of one shape) and
+    steps ``ring_step`` and ``ring_exchange`` around the ring; what each rank computes and receives comes back."""
+    q, k, v = (torch.randn(1, heads, seq_len, head_dim, generator=g) for _ in range(3))
+    pos = positions(seq_len, world_size, layout)
+    assert len({len(p) for p in pos}) == 1, "the exchange's contract: every rank's chunk has one shape"
+    args = tuple([t[..., p, :] for p in pos] for t in (q, k, v)) + (seq_len, layout, causal)
+    call = Call(q, seed=draw_seed(g), args=args, ranks=world_size, exchange="ring_exchange")
+    return Case(name, {"world_size": world_size, "seq_len": seq_len, "layout": layout}, {}, [call], kind="function")
+
+
+def ring_run(call: Call, v: RingVariant) -> dict:
+    """What each rank of a ring with the variant's mistakes computes and receives (the harness's names)."""
+    if v.exchange == "deadlock":
+        raise RingDeadlock()
+    q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call.args
+    world_size = call.ranks
+    outputs = {}
+    for rank in range(world_size):
+        out = torch.zeros_like(q_chunks[rank])
+        lse = torch.full(out.shape[:-1], float("-inf"))
+        for step in range(world_size):
+            held = (rank + step if v.exchange == "backwards" else rank - step) % world_size
+            if step:
+                outputs[f"rank{rank}.recv{step}.k"], outputs[f"rank{rank}.recv{step}.v"] = k_chunks[held], v_chunks[held]
+            told = (rank - step) % world_size  # the source the ring tells ring_step, whatever arrived
+            args = (q_chunks[rank], k_chunks[held], v_chunks[held], out, lse, rank, told, world_size, seq_len, layout,
+                    causal)
+            out, lse = ring_forward(args, v)
+        outputs[f"rank{rank}.out"], outputs[f"rank{rank}.lse"] = out, lse
+    return outputs
+
+
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
     titles = list(CASE_TITLES)
@@ -216,12 +295,16 @@ def cases(g) -> list[Case]:
         ring_case(titles[4], g, 3, 18, "zigzag", True, rank=0, source=2),
         ring_case(titles[5], g, 4, 24, "zigzag", True, rank=2, source=1),
         ring_case(titles[6], g, 2, 12, "zigzag", True, rank=1, source=0, scale=10.0),
+        *(ring_run_case(title, g, *shape) for title, shape in zip(RING_TITLES, RING_SHAPES, strict=True)),
     ]
+
 
 
 def expected(case: Case, variant: RingVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
+        if case.calls[0].ranks:
+            return ring_run(case.calls[0], variant)
         out, lse = ring_forward(case.calls[0].args, variant)
         return {"step1.out": out, "step1.lse": lse}
 
@@ -239,6 +322,8 @@ def mutants() -> list:
         mutant(M_MERGE_NO_MAX, replace(ok, merge="no_max")),
         mutant(M_LSE_KEPT, replace(ok, lse="kept")),
         mutant(M_NO_SCALE, replace(ok, scale=False)),
+        mutant(M_DEADLOCK, replace(ok, exchange="deadlock")),
+        mutant(M_BACKWARDS, replace(ok, exchange="backwards")),
     ]
 
 

@@ -54,6 +54,14 @@ TEXTS = {
     "not_class": "{name} is not a class",
     "not_function": "{name} is not a function",
     "stopped": "grading {exercise} stopped: {message}",
+    # a ring of real processes (ranks.py, exercise 15)
+    "ring_pair": "{name} must return {what}, got {type}",
+    "ring_deadlock": "the ring stopped making progress: rank(s) {ranks} still inside ring_exchange (ring step "
+    "{step}) after {seconds} s, each waiting on a neighbour that waits too; the ranks were stopped",
+    "ring_stuck": "rank(s) {ranks} still computing inside {function} after {seconds} s (an infinite loop?); the "
+    "ranks were stopped",
+    "ring_join": "the {count} processes of the ring could not join their process group: {why}",
+    "ring_rank_ended": "rank {rank} ended without sending its result (os._exit, or a crash?)",
     # the learner site's course_utils (learner_site/course_utils/__init__.py)
     "course_numbers": "course_utils.{name} is not available while a submission is graded: interview mode asks for "
     "its numbers, work them out yourself",
