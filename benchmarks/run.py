@@ -76,8 +76,18 @@ CONFIGS = {
             atol=1e-4,
             repeats=3,
         ),
+        # the two decoding races: one thread, many alternating rounds (benchmarks/timing.py, cpu_threads)
         long_context=dict(
-            batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5, repeats=3
+            batch=1,
+            kv_heads=2,
+            head_dim=64,
+            window=512,
+            steps=4096,
+            dtype="float32",
+            atol=1e-5,
+            repeats=9,
+            warmup=1,
+            threads=1,
         ),
         serving=dict(
             batch=8,
@@ -91,7 +101,9 @@ CONFIGS = {
             steps=32,
             dtype="float32",
             atol=1e-4,
-            repeats=3,
+            repeats=31,
+            warmup=2,
+            threads=1,
             split_keys=[16384, 32768, 65536],
             split_heads=8,
             split_head_dim=64,
@@ -591,9 +603,12 @@ def compute_ratios(report, cfg):
             "gqa": f"{gqa} vs mha",
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
-            "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
+            "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and "
+            "time; ring_vs_growing_tokens_per_s = median over alternating rounds of each round's speed ratio, "
+            "_q1/_q3 its quartiles (CPU: one thread)",
             "serving": "paged decoding (one scatter and one gather per step through the slot mapping) vs a "
-            "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
+            "preallocated padded cache, tokens/s (median over alternating rounds of each round's ratio, _q1/_q3 its "
+            "quartiles; CPU: one thread) and unused bytes; split-K (all chunks in one batched "
             "call) vs the online softmax walking the key blocks one after another, one query per head, "
             "time ratio per key count",
             "flash_triton": "GPU only: the course's Triton forward over SDPA's flash backend, TFLOP/s, bfloat16 "
