@@ -4,7 +4,9 @@
     BENCH_QUICK=1 python -m benchmarks.run   # or --quick: smaller sizes, fewer repeats, <device>-quick.json
 
 Every time is a median of ``repeats`` runs after warm-up, with the device synchronised (course_utils.synchronize);
-the competitors take turns within each repeat, and a decoding time is the sum over steps of each step's median.
+the competitors take turns within each repeat, in the reverse order every other repeat, and a decoding time is the
+sum over steps of each step's median. The two decoding races of notebooks 12 and 13 (ring vs growing cache, paged
+vs contiguous) run on one CPU thread and report the median of the rounds' speed ratios with its interquartile range.
 Correctness is checked before anything is timed: the variants must agree with the reference, the three decoders
 must produce the same greedy tokens, and the measured cache bytes must equal course_utils.kv_cache_bytes.
 The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
