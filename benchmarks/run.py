@@ -4,7 +4,9 @@
     BENCH_QUICK=1 python -m benchmarks.run   # or --quick: smaller sizes, fewer repeats, <device>-quick.json
 
 Every time is a median of ``repeats`` runs after warm-up, with the device synchronised (course_utils.synchronize);
-the competitors take turns within each repeat, and a decoding time is the sum over steps of each step's median.
+the competitors take turns within each repeat, in the reverse order every other repeat, and a decoding time is the
+sum over steps of each step's median. The two decoding races of notebooks 12 and 13 (ring vs growing cache, paged
+vs contiguous) run on one CPU thread and report the median of the rounds' speed ratios with its interquartile range.
 Correctness is checked before anything is timed: the variants must agree with the reference, the three decoders
 must produce the same greedy tokens, and the measured cache bytes must equal course_utils.kv_cache_bytes.
 The online softmax (notebook 09) is timed and its peak memory measured against SDPA and naive attention, and MLA's
@@ -76,8 +78,18 @@ CONFIGS = {
             atol=1e-4,
             repeats=3,
         ),
+        # the two decoding races: one thread, many alternating rounds (benchmarks/timing.py, cpu_threads)
         long_context=dict(
-            batch=1, kv_heads=2, head_dim=64, window=512, steps=4096, dtype="float32", atol=1e-5, repeats=3
+            batch=1,
+            kv_heads=2,
+            head_dim=64,
+            window=512,
+            steps=4096,
+            dtype="float32",
+            atol=1e-5,
+            repeats=9,
+            warmup=1,
+            threads=1,
         ),
         serving=dict(
             batch=8,
@@ -91,7 +103,9 @@ CONFIGS = {
             steps=32,
             dtype="float32",
             atol=1e-4,
-            repeats=3,
+            repeats=31,
+            warmup=2,
+            threads=1,
             split_keys=[16384, 32768, 65536],
             split_heads=8,
             split_head_dim=64,
@@ -591,9 +605,12 @@ def compute_ratios(report, cfg):
             "gqa": f"{gqa} vs mha",
             "online_softmax": "longest T; time and peak bytes of causal attention alone (no projections)",
             "mla": "one layer each, same width and heads; GQA with RoPE, preallocated caches",
-            "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and time",
+            "long_context": "one sliding-window layer, one token per step: bytes held after the last step, and "
+            "time; ring_vs_growing_tokens_per_s = median over alternating rounds of each round's speed ratio, "
+            "_q1/_q3 its quartiles (CPU: one thread)",
             "serving": "paged decoding (one scatter and one gather per step through the slot mapping) vs a "
-            "preallocated padded cache, tokens/s and unused bytes; split-K (all chunks in one batched "
+            "preallocated padded cache, tokens/s (median over alternating rounds of each round's ratio, _q1/_q3 its "
+            "quartiles; CPU: one thread) and unused bytes; split-K (all chunks in one batched "
             "call) vs the online softmax walking the key blocks one after another, one query per head, "
             "time ratio per key count",
             "flash_triton": "GPU only: the course's Triton forward over SDPA's flash backend, TFLOP/s, bfloat16 "

@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from course_utils import PagedKVCache, attend, online_softmax_attention, paged_attention, split_k_attention
 
-from .timing import median_times
+from .timing import cpu_threads, load_average, median_times, paired_speed_ratio, round_times
 
 
 def _contiguous_step(keys, values, lens, new_k, new_v, query):
@@ -73,13 +75,16 @@ def bench_paged_decode(cfg, device, log):
         lens = torch.tensor(prompt_lens, device=device)
         return [_contiguous_step(keys, values, lens, *step) for step in new], keys
 
-    with torch.no_grad():
+    with torch.no_grad(), cpu_threads(p.get("threads")):
         paged_outs, cache = run_paged()
         contiguous_outs, keys = run_contiguous()
         err = max((a - c).abs().max().item() for a, c in zip(paged_outs, contiguous_outs, strict=True))
         if err > p["atol"]:
             raise AssertionError(f"paged decoding differs from the contiguous cache by {err:.3g}")
-        times = median_times({"paged": run_paged, "contiguous": run_contiguous}, device, p["repeats"], 1)
+        contenders = {"paged": run_paged, "contiguous": run_contiguous}
+        rounds = round_times(contenders, device, p["repeats"], p.get("warmup", 1))
+    times = {name: statistics.median(t) for name, t in rounds.items()}
+    speed = paired_speed_ratio(rounds, "paged", baseline="contiguous")
     tokens = b * steps
     stored = sum(prompt_lens) + tokens
     slot_bytes = cache.bytes_per_slot
@@ -98,6 +103,9 @@ def bench_paged_decode(cfg, device, log):
             dtype=p["dtype"],
         ),
         "max_abs_error": err,
+        "threads": p.get("threads") or torch.get_num_threads(),
+        "load_average_1min": load_average(),  # other processes on the machine, for reading the spread
+        "paged_vs_contiguous_tokens_per_s": speed,
         "paged": {
             "seconds": times["paged"],
             "tokens_per_s": tokens / times["paged"],
@@ -119,6 +127,10 @@ def bench_paged_decode(cfg, device, log):
             f"  {name:10s} {r['tokens_per_s']:9.1f} tok/s  reserved {r['bytes_reserved'] / 2**20:8.3f} MiB, "
             f"unused {r['bytes_wasted'] / 2**20:8.3f} MiB"
         )
+    log(
+        f"  paged / contiguous tokens/s: median {speed['median']:.3f} over {speed['rounds']} rounds "
+        f"(IQR {speed['q1']:.3f}-{speed['q3']:.3f})"
+    )
     return result
 
 
@@ -157,8 +169,11 @@ def serving_ratios(report) -> dict:
         return {}
     paged, contiguous = report["paged_decode"]["paged"], report["paged_decode"]["contiguous"]
     res = report["split_k"]["results"]
+    speed = report["paged_decode"]["paged_vs_contiguous_tokens_per_s"]  # round by round: median and quartiles
     ratios = {
-        "paged_vs_contiguous_tokens_per_s": paged["tokens_per_s"] / contiguous["tokens_per_s"],
+        "paged_vs_contiguous_tokens_per_s": speed["median"],
+        "paged_vs_contiguous_tokens_per_s_q1": speed["q1"],
+        "paged_vs_contiguous_tokens_per_s_q3": speed["q3"],
         "contiguous_vs_paged_bytes_wasted": contiguous["bytes_wasted"] / max(1, paged["bytes_wasted"]),
     }
     for t, entry in res.items():

@@ -141,6 +141,22 @@ def test_generate_rejects_too_long_and_bad_mode():
         median_time(lambda: None, "cpu", 0)
 
 
+def test_timing_alternates_the_order_and_pairs_the_rounds():
+    from benchmarks.timing import cpu_threads, paired_speed_ratio, round_times
+
+    calls = []
+    times = round_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu", 3, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then A B, B A, A B
+    assert all(len(t) == 3 for t in times.values())
+    # round by round: b took 2, 3 and 6 seconds where a took 1, 1 and 2: a ran 2x, 3x and 3x faster
+    speed = paired_speed_ratio({"a": [1.0, 1.0, 2.0], "b": [2.0, 3.0, 6.0]}, "a", baseline="b")
+    assert speed == {"median": 3.0, "q1": 2.5, "q3": 3.0, "rounds": 3}
+    before = torch.get_num_threads()
+    with cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
 def test_run_writes_json_with_required_keys(tmp_path):
     out = tmp_path / "cpu-tiny.json"
     bench.run(TINY, "cpu", out, log=lambda *args: None, quick=True)
@@ -249,6 +265,8 @@ def test_serving_benchmark_checks_and_counts_bytes():
     ratios = serving_ratios({"paged_decode": paged, "split_k": split})
     assert set(ratios) == {
         "paged_vs_contiguous_tokens_per_s",
+        "paged_vs_contiguous_tokens_per_s_q1",
+        "paged_vs_contiguous_tokens_per_s_q3",
         "contiguous_vs_paged_bytes_wasted",
         "split_k_vs_one_pass_time_37",
     }

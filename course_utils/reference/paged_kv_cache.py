@@ -156,6 +156,16 @@ class PagedKVCache:
         while len(table) <= last:
             table.append(self._allocate())
 
+    def _has_private_room(self, seq_id) -> bool:
+        """Whether the next token of ``seq_id`` goes into a block that it alone holds: true for most decoding steps,
+        which then have no books to keep."""
+        table, j = self.block_tables[seq_id], self.seq_lens[seq_id] // self.block_size
+        return j < len(table) and self.ref_counts[table[j]] == 1
+
+    def _slot(self, seq_id, pos: int) -> int:
+        """Pool slot of position ``pos`` of ``seq_id``, from the books alone (a Python int, no tensor)."""
+        return self.block_tables[seq_id][pos // self.block_size] * self.block_size + pos % self.block_size
+
     def slots(self, seq_id, start: int = 0, end: int | None = None) -> torch.Tensor:
         """Pool slots of positions start .. end - 1 of ``seq_id``: block_table[pos // bs] * bs + pos % bs."""
         end = self.seq_lens[seq_id] if end is None else end
@@ -205,18 +215,22 @@ class PagedKVCache:
             )
         for seq_id in seq_ids:
             self._check_seq(seq_id)
-        needed = sum(self._blocks_needed(s, self.seq_lens[s] + 1) for s in seq_ids)
+        growing = {s for s in seq_ids if not self._has_private_room(s)}  # at a block boundary, or in a shared block
+        needed = sum(self._blocks_needed(s, self.seq_lens[s] + 1) for s in growing)
         if needed > len(self.free_blocks):
             raise OutOfBlocksError(
                 f"paged KV cache is full: this step's {len(seq_ids)} new tokens need {needed} more block(s) of "
                 f"{self.block_size} tokens, but only {len(self.free_blocks)} of {self.num_blocks} are free; "
                 "free() finished sequences or make a larger pool"
             )
+        step_slots = []  # the step's slot mapping, worked out on the host from the books, as vLLM's scheduler does
         for seq_id in seq_ids:  # the books: a new block at a block boundary, a copy of a shared block
-            self._make_writable(seq_id, self.seq_lens[seq_id] + 1)
-            self.seq_lens[seq_id] += 1
-        tables, lens = self.batch_tables(seq_ids)
-        slots = slot_mapping(tables, lens[:, None] - 1, self.block_size)[:, 0]  # (B,) the step's slot mapping
+            pos = self.seq_lens[seq_id]
+            if seq_id in growing:
+                self._make_writable(seq_id, pos + 1)
+            step_slots.append(self._slot(seq_id, pos))
+            self.seq_lens[seq_id] = pos + 1
+        slots = torch.tensor(step_slots, dtype=torch.long, device=self.key_pool.device)  # (B,): one host-to-device copy
         for pool, new in ((self.key_pool, keys), (self.value_pool, values)):  # the pool as one row of slots
             pool.view(-1, *expected[1:]).index_copy_(0, slots, new.to(pool.dtype))
 
@@ -290,8 +304,10 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     A CUDA kernel reads each block in place. Here the batch's slot mapping (B, max_len) drives one gather
     (``index_select``) per pool into a padded (B, num_heads, max_len, head_dim) tensor, GQA's repeat of the K/V heads
     included, and the positions past each sequence's length are masked, which gives the same numbers. A contiguous
-    cache makes the same one copy when it repeats its K/V heads (``repeat_interleave``), so what paging adds to a
-    decoding step is the books and the index arithmetic (benchmarks/serving.py measures the two side by side).
+    cache decoded by eager attention makes the same one copy when it repeats its K/V heads (``repeat_interleave``,
+    Hugging Face's ``repeat_kv``), so what paging adds to a decoding step is the books and the index arithmetic
+    (benchmarks/serving.py measures the two side by side). The lengths
+    come from the books on the host, as a scheduler has them: nothing is read back from the device.
     """
     if query.ndim not in (3, 4) or query.shape[0] != len(seq_ids) or query.shape[-1] != cache.head_dim:
         raise ValueError(
@@ -304,28 +320,30 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     if num_heads % cache.num_kv_heads:
         raise ValueError(f"num_heads={num_heads} must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}")
     tables, lens = cache.batch_tables(seq_ids)  # (B, max_blocks), (B,)
-    if int(lens.min()) < num_queries:
+    host_lens = [cache.seq_lens[s] for s in seq_ids]  # the books are on the host: no read back from the device
+    if min(host_lens) < num_queries:
         raise ValueError(
             f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
-            f"{lens.tolist()}; append the queries' own keys and values first"
+            f"{host_lens}; append the queries' own keys and values first"
         )
-    batch, max_len, kv_heads = len(seq_ids), int(lens.max()), cache.num_kv_heads
-    pos = torch.arange(max_len, device=query.device)  # (max_len,)
-    # the batch's slot mapping; padded positions read some slot of the pool: harmless, they are masked below
-    slots = slot_mapping(tables, pos.expand(batch, -1), cache.block_size)  # (B, max_len)
-    # one gather straight into the layout attention reads: the pool as rows of head_dim, row slot * kv_heads + g
-    # holding K/V head g of that slot; query head h reads K/V head h // n_rep, so GQA's repeat is done by the index
-    # (as repeat_interleave does it) in the same single copy
+    batch, max_len, kv_heads, bs = len(seq_ids), max(host_lens), cache.num_kv_heads, cache.block_size
+    # One gather straight into the layout attention reads. The pool is rows of head_dim: K/V head g of slot
+    # block * bs + offset is row (block * bs + offset) * kv_heads + g. Query head h reads K/V head h // n_rep, so
+    # GQA's repeat is done by the index (as repeat_interleave does it) in the same single copy. The index is the
+    # batch's slot mapping, built per block by one broadcast add: no division per position.
     kv_head = torch.arange(num_heads, device=query.device) // (num_heads // kv_heads)  # (num_heads,)
-    rows = (slots[:, None, :] * kv_heads + kv_head[None, :, None]).reshape(-1)  # (B * num_heads * max_len,)
+    in_block = kv_head[:, None] + torch.arange(bs, device=query.device) * kv_heads  # (num_heads, bs)
+    rows = tables[:, None, :, None] * (bs * kv_heads) + in_block[None, :, None, :]  # (B, num_heads, max_blocks, bs)
+    rows = rows.view(batch, num_heads, -1)[:, :, :max_len].reshape(-1)  # positions 0 .. max_len - 1 of each
     keys, values = (
         pool.view(-1, cache.head_dim).index_select(0, rows).view(batch, num_heads, max_len, -1)
         for pool in (cache.key_pool, cache.value_pool)
     )  # (B, num_heads, max_len, hd) each
     # query i of sequence b sits at position lens[b] - num_queries + i and sees keys up to it (True = hidden)
+    pos = torch.arange(max_len, device=query.device)
     q_pos = lens[:, None] - num_queries + torch.arange(num_queries, device=query.device)  # (B, num_queries)
     hide = (pos[None, None, :] > q_pos[:, :, None])[:, None]  # (B, 1, num_queries, max_len)
-    q = q.to(keys.dtype)
+    q = q.to(keys.dtype)  # no copy when the dtypes agree
     if scale is not None:  # attend scales by 1/sqrt(hd): fold a different scale into q
         q = q * (scale * math.sqrt(cache.head_dim))
     out, _ = attend(q, keys, values, mask=hide)

@@ -125,7 +125,7 @@ class RingKVCache(KVCache):
         self.sink_keys, self.ring_keys = self.keys[:, :, :num_sinks], self.keys[:, :, num_sinks:]
         self.sink_values, self.ring_values = self.values[:, :, :num_sinks], self.values[:, :, num_sinks:]
         self.seen = 0  # tokens ever written: the next token's absolute position
-        self.key_positions = torch.zeros(0, dtype=torch.long, device=device)
+        self._last_read = None  # what the last update returned: ("slots", seen) or ("chunk", seen before, n)
 
     @property
     def seq_len(self) -> int:
@@ -137,40 +137,61 @@ class RingKVCache(KVCache):
         """(num_tokens,) absolute positions of the next tokens, for RoPE: they do not restart at the wrap."""
         return torch.arange(self.seen, self.seen + num_tokens, device=self.keys.device)
 
-    def _num_sinks_held(self) -> int:
-        return min(self.seen, self.num_sinks)
+    def _num_sinks_held(self, seen: int | None = None) -> int:
+        return min(self.seen if seen is None else seen, self.num_sinks)
 
-    def _ring_span(self) -> tuple[int, int]:
-        """(first, end): the ring holds positions first .. end - 1, at most ``window`` of them."""
-        first = min(max(self.num_sinks, self.seen - self.window), self.seen)  # empty while only sinks are seen
-        return first, self.seen
+    def _ring_span(self, seen: int | None = None) -> tuple[int, int]:
+        """(first, end): after ``seen`` tokens (default: now) the ring holds positions first .. end - 1, at most
+        ``window`` of them."""
+        seen = self.seen if seen is None else seen
+        first = min(max(self.num_sinks, seen - self.window), seen)  # empty while only sinks are seen
+        return first, seen
 
     def _slot(self, position: int) -> int:
         return position if position < self.num_sinks else self.num_sinks + (position - self.num_sinks) % self.window
 
-    def cached_positions(self) -> torch.Tensor:
-        """Positions held now, oldest first: the sinks, then the ring's last ``window`` positions."""
-        first, end = self._ring_span()
+    def cached_positions(self, seen: int | None = None) -> torch.Tensor:
+        """Positions held after ``seen`` tokens (default: now), oldest first: the sinks, then the ring's last
+        ``window`` positions."""
+        first, end = self._ring_span(seen)
         device = self.keys.device
-        return torch.cat([torch.arange(self._num_sinks_held(), device=device), torch.arange(first, end, device=device)])
+        return torch.cat(
+            [torch.arange(self._num_sinks_held(seen), device=device), torch.arange(first, end, device=device)]
+        )
 
-    def _held_in_slot_order(self):
-        """Views of the held keys and values, in slot order (no copy), and their positions.
+    @property
+    def key_positions(self) -> torch.Tensor:
+        """(num_keys,) positions of the keys the last ``update`` returned, in the order it returned them.
 
-        The sinks' slots and the ring's used slots are contiguous; after the wrap-around ring slot j holds the
-        latest position p with (p - num_sinks) % window == j, i.e. the ring's positions oldest first, rolled by the
-        oldest token's slot."""
+        Built when asked, from the token count alone: a decoding step that needs no mask builds no index tensor."""
+        if self._last_read is None:
+            return torch.zeros(0, dtype=torch.long, device=self.keys.device)
+        if self._last_read[0] == "chunk":
+            _, seen, n = self._last_read
+            return torch.cat([self.cached_positions(seen), torch.arange(seen, seen + n, device=self.keys.device)])
+        return self._slot_order_positions(self._last_read[1])
+
+    def _held_slots(self) -> tuple[int, int]:
+        """(lo, hi): the held tokens fill slots lo .. hi - 1 (the sinks' slots, then the ring's used ones)."""
         first, end = self._ring_span()
         n_sinks, count = self._num_sinks_held(), end - first
+        return (self.num_sinks - n_sinks, self.num_sinks + count) if count else (0, n_sinks)
+
+    def _slot_order_positions(self, seen: int) -> torch.Tensor:
+        """Positions of the held slots, in slot order, after ``seen`` tokens.
+
+        After the wrap-around ring slot j holds the latest position p with (p - num_sinks) % window == j, i.e. the
+        ring's positions oldest first, rolled by the oldest token's slot."""
+        first, end = self._ring_span(seen)
+        n_sinks = self._num_sinks_held(seen)
         start = (first - self.num_sinks) % self.window  # the oldest token's slot
         device = self.keys.device
-        lo, hi = (self.num_sinks - n_sinks, self.num_sinks + count) if count else (0, n_sinks)  # held slots
         positions = torch.arange(first, end, device=device)
         if start:  # slots start .. window - 1 hold the oldest, slots 0 .. start - 1 the newest
             positions = positions.roll(start)
         if n_sinks:
             positions = torch.cat([torch.arange(n_sinks, device=device), positions])
-        return self.keys.narrow(2, lo, hi - lo), self.values.narrow(2, lo, hi - lo), positions
+        return positions
 
     def _read(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Cached keys and values oldest first: the sinks, then the ring rotated to start at its oldest slot.
@@ -210,13 +231,14 @@ class RingKVCache(KVCache):
         b, h, _, d = self.keys.shape
         self._check_new(keys, values, (b, h, d))
         n = keys.shape[2]
-        if n == 1:  # write, then read the held slots in place
+        if n == 1:  # write, then read the held slots in place: views, no copy
             self._write(keys, values)
             self.seen += 1
-            held_keys, held_values, self.key_positions = self._held_in_slot_order()
-            return held_keys, held_values
+            self._last_read = ("slots", self.seen)
+            lo, hi = self._held_slots()
+            return self.keys.narrow(2, lo, hi - lo), self.values.narrow(2, lo, hi - lo)
         old_keys, old_values = self._read()  # read, then write: the chunk's first queries need the oldest keys
-        self.key_positions = torch.cat([self.cached_positions(), self.next_positions(n)])
+        self._last_read = ("chunk", self.seen, n)
         all_keys, all_values = torch.cat([old_keys, keys], dim=2), torch.cat([old_values, values], dim=2)
         self._write(keys, values)
         self.seen += n
@@ -224,7 +246,7 @@ class RingKVCache(KVCache):
 
     def reset(self):
         self.seen = 0
-        self.key_positions = self.key_positions[:0]
+        self._last_read = None
 
     def _held(self):
         return self.keys, self.values

@@ -30,7 +30,7 @@ def positions_reset_at_wrap(self, num_tokens):
     return torch.where(ring, (positions - self.num_sinks) % self.window + self.num_sinks, positions)  # the slot
 
 
-def sinks_evicted(self):
+def sinks_evicted(self, seen=None):
     return 0  # the first tokens are no longer held: only the ring is read
 
 
