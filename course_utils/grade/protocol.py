@@ -18,11 +18,49 @@ from .diagnose import cached_outputs
 from .escape import one_line, printable
 from .exercises import get
 from .heads import without_biases
-from .messages import Msg, joined
+from .messages import Msg, add_texts, joined
 from .records import CallRecorder, with_texts
 from .registry import Exercise
 from .sandbox import dialects, harness
 from .types import Case, new_seed
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "delegation.function": ("{name} is course_utils' own ({module})", "{name} 是 course_utils 自带的实现（{module}）"),
+    "delegation.class": (
+        "{cls} is (or subclasses) course_utils' {base}",
+        "{cls} 就是 course_utils 的 {base}（或它的子类）",
+    ),
+    "delegation.mha": ("{cls} subclasses nn.MultiheadAttention", "{cls} 继承了 nn.MultiheadAttention"),
+    "delegation.forward": ("{cls}.forward comes from {module}", "{cls}.forward 来自 {module}"),
+    "assumed": ("graded as the {name} dialect; mask convention: {mask}", "按照{name}的写法评分；掩码约定：{mask}"),
+    "assumed.no_bias": (
+        "graded as the {name} dialect; mask convention: {mask}; no bias on {roles}",
+        "按照{name}的写法评分；掩码约定：{mask}；{roles} 没有 bias",
+    ),
+    "dialect.book": ("book", "书中"),
+    "dialect.annotated": ("annotated transformer", "annotated transformer 教程"),
+    "dialect.signature": ("{signature}", "构造参数为 {signature}"),
+    "mask.built_in": ("built in", "内置（模块自己加因果掩码）"),
+    "mask.keep": ("True = keep (mask == 0 hidden)", "True = 保留（mask == 0 处被遮住）"),
+    "mask.hidden": ("True = hidden", "True = 遮住"),
+    "mask.additive": ("additive (0 / -inf)", "加性掩码（0 / -inf）"),
+    "mask.not_causal": ("{mask} (no convention made it causal)", "{mask}（没有哪种约定能让它满足因果性）"),
+    "bad.records": ("wrong number of case records", "用例记录的数量不对"),
+    "bad.record": ("a case record is not a mapping", "有一条用例记录不是字典"),
+    "bad.outputs": ("outputs is not a mapping", "outputs 不是字典"),
+    "bad.calls": ("calls is not a list of names", "calls 不是名字列表"),
+    "bad.error": ("error is not a mapping", "error 不是字典"),
+    "bad.error_field": ("error field {field} has the wrong type", "error 的字段 {field} 类型不对"),
+    "bad.error_place": ("unknown error place", "未知的出错位置"),
+    "bad.dialect": ("dialect is not a mapping", "dialect 不是字典"),
+    "bad.dialect_fields": ("malformed dialect", "dialect 的格式不对"),
+    "assumed.placed": (
+        "{assumed}; constructor: {mapping}; parameters: {placement}",
+        "{assumed}；构造参数：{mapping}；参数位置：{placement}",
+    ),
+}
+add_texts(TEXTS)
 
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
 
