@@ -21,7 +21,7 @@ from .heads import without_biases
 from .messages import Msg, add_texts, joined
 from .records import CallRecorder, with_texts
 from .registry import Exercise
-from .sandbox import dialects, harness
+from .sandbox import dialects, errors, finding, running
 from .types import Case, new_seed
 
 # this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
@@ -254,7 +254,7 @@ def _clean_error(err) -> dict | None:
         value = err.get(key)
         if not isinstance(value, kind):
             raise BadResult(Msg("bad.error_field", field=repr(key)))
-        clean[key] = value[: harness.MAX_MESSAGE] if isinstance(value, str) else value
+        clean[key] = value[: errors.MAX_MESSAGE] if isinstance(value, str) else value
     if clean["where"] not in _WHERES:
         raise BadResult(Msg("bad.error_place"))
     with_texts(clean, err)
@@ -314,14 +314,14 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
     of the plan's tensors, as the sandbox's child does: a module that writes into the cache it is handed (as Hugging
     Face's caches do) must not change the grader's own cases, whose reference is computed afterwards."""
     the_plan = graded.plan()
-    records = graded.resolve(harness.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
+    records = graded.resolve(running.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
     first = copy.deepcopy({**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]})
     with recorder:
         if the_plan.get("function"):
-            harness.run_function_case(cls, first)
+            running.run_function_case(cls, first)
         else:
-            harness.run_case(cls, the_plan["ctor_args"][0], first)
+            running.run_case(cls, the_plan["ctor_args"][0], first)
     for rec in records:
         rec["calls"] = sorted(set(rec["calls"]) | recorder.calls)
     return records
@@ -329,11 +329,11 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
 
 def chosen_class(cls, graded: Graded):
     """(the class to grade, why none): ``check("id", globals())`` takes from the namespace what the file grader
-    takes from the same cells (``harness.class_in``); a class, a function or None is itself."""
+    takes from the same cells (``finding.class_in``); a class, a function or None is itself."""
     if not isinstance(cls, Mapping):
         return cls, None
     ex = graded.exercise
-    chosen, found = harness.class_in(dict(cls), graded.plan())
+    chosen, found = finding.class_in(dict(cls), graded.plan())
     if chosen is None and found and ex.interview:
         return None, Msg("no_class_fits", name=ex.contract, found=", ".join(found), exercise=ex.id)
     return chosen, None  # None: not implemented yet (none of the learner's classes answers this exercise)

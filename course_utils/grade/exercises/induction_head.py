@@ -30,7 +30,8 @@ from ..kit import case_titles
 from ..messages import Msg, case_title
 from ..records import CallRecorder, with_texts
 from ..registry import Exercise
-from ..sandbox.harness import describe_exception, layer_head_answer
+from ..sandbox.errors import describe_exception
+from ..sandbox.model_exercise import layer_head_answer
 from ..types import Result
 
 EXERCISES = ("induction_head",)
