@@ -262,14 +262,15 @@ def grade_file(
         else:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_verdict(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
+            report.results += [_result(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
     for ex in models:
         left = max(1.0, deadline - time.monotonic())
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
-def _verdict(ex: Exercise, data, graded, imports, notes):
+def _result(ex: Exercise, data, graded, imports, notes):
+    """The Result of ``ex`` from what the child sent (``data``): the verdict on its records, or why there is none."""
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
     if refusals:  # known from the source alone, whatever the child ran or failed to run
@@ -298,7 +299,7 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
     # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
     refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
     if refusals:
-        return grader.verdict(ex, [], refusals, seed)
+        return verdict(exercise, [], cases, refusals)
     plan = {
         **base,
         "exercises": {},
@@ -321,4 +322,4 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
         return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""), seed=seed)
     for rec, case in zip(records, cases, strict=False):
         rec["case"] = case.name
-    return grader.verdict(ex, records, None, seed)
+    return verdict(exercise, records, cases)
