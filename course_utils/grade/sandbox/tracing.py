@@ -19,8 +19,6 @@ FUSED_OPS = (
     "transformer_encoder_layer",
     "flex_attention",
 )
-
-
 PROFILER_STOPPED = "profiler:stopped"  # what the tracer records when the submission stopped it
 
 
@@ -119,11 +117,7 @@ class FusedTracer:
 
 
 _END = "grader: end of tracing"
-
-
 _KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read once, when the profiler first starts in a process
-
-
 _FLEX_SOURCE = os.path.join("torch", "nn", "attention", "flex_attention.py")
 
 
