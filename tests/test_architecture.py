@@ -66,7 +66,7 @@ LAYERS = [
 # is graded alone (imported inside the function that needs it). Its import of the learner site's check() (that
 # only records) reaches course_utils.grade's face, which sits below the sandbox: no exception needed.
 EXCEPTIONS = {
-    ("course_utils.grade.sandbox.harness", "course_utils.gpt"),
+    ("course_utils.grade.sandbox.model_exercise", "course_utils.gpt"),
 }
 
 

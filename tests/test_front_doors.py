@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.grade import __main__ as _cli  # noqa: F401  (the CLI's texts, its ❌ among them, join the catalogue)
 from course_utils.grade.messages import CATALOGUE
 from tests.test_learner_path import EN, ZH
 

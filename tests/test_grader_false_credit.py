@@ -22,7 +22,8 @@ from course_utils.grade.exercises.rope import rope_forward
 from course_utils.grade.messages import Msg
 from course_utils.grade.protocol import plan_case
 from course_utils.grade.runner import grade_file
-from course_utils.grade.sandbox.harness import PeakMemory, run_function_case
+from course_utils.grade.sandbox.measuring import PeakMemory
+from course_utils.grade.sandbox.running import run_function_case
 from tests.conftest import grade, load
 from tests.grader_cases import false_credit as fc
 from tests.grader_cases.capstone import ALTERNATIVES as CAPSTONE_ALTERNATIVES

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.grade import grade_class
-from course_utils.grade.sandbox.harness import FusedTracer
+from course_utils.grade.sandbox.tracing import FusedTracer
 from tests.grader_cases.fused import CHEATS, HONEST
 
 ROOT = Path(__file__).resolve().parents[1]

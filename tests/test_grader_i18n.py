@@ -129,7 +129,7 @@ def test_the_child_says_keys_and_never_sees_the_catalogue(tmp_path):
     lib = jail.build_lib(tmp_path / "lib")
     shipped = {p.name for p in lib.iterdir()}
     assert {"harness.py", "dialects.py", "ranks.py", "texts.py"} <= shipped and "messages.py" not in shipped
-    child_code = "".join((lib / name).read_text(encoding="utf-8") for name in ("harness.py", "dialects.py", "ranks.py", "texts.py"))
+    child_code = "".join(path.read_text(encoding="utf-8") for path in lib.glob("*.py"))
     assert not CJK.search(child_code) and not re.search(r"^\s*(from|import) .*messages", child_code, re.M)
     # what comes back is only trusted when it is made of the child's own keys and says what the child said
     said = texts.said("no_class", name="GroupedQueryAttention")

@@ -18,9 +18,34 @@ from . import jail, limits, runner
 from .batch import grade_folder
 from .escape import one_line, terminal
 from .exercises import IDS
-from .messages import Msg, text
+from .messages import Msg, add_texts, text
 from .names import shown
 from .progress import Progress
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "run.no_sandbox": ("graded without a sandbox ({why})", "没有沙箱，直接运行评分（{why}）"),
+    "cli.graded": (
+        "graded {count} submissions in {seconds:.0f} s: {passed} passed everything, {failed} did not, "
+        "{errors} could not be graded, {skipped} skipped; {out}",
+        "{seconds:.0f} 秒评完了 {count} 份提交：{passed} 份全部通过，{failed} 份没有全部通过，{errors} 份无法评分，"
+        "跳过 {skipped} 个文件；{out}",
+    ),
+    "cli.refuse_batch": (
+        "error: refusing to grade a folder of submissions without a sandbox: {why}.\nSubmissions are "
+        "code from other people; install bubblewrap, or pass --trust-submissions if you trust every "
+        "file.",
+        "错误：没有沙箱，拒绝评一整个文件夹的提交：{why}。\n提交的是别人写的代码；请安装 bubblewrap，"
+        "如果你信任每一个文件，也可以加上 --trust-submissions。",
+    ),
+    "cli.skipped": ("skipped {name}: {why}", "跳过了 {name}：{why}"),
+    "cli.grader_failed_on": ("error: the grader failed on {names}", "错误：评分器在这些提交上出错了：{names}"),
+    "cli.need_path": ("give a PATH to grade, or --batch DIR", "请给出要评分的 PATH，或者用 --batch DIR"),
+    "cli.grader_failed": ("error: the grader failed: {type}: {error}", "错误：评分器出错了：{type}：{error}"),
+    "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
+    "cli.note": ("   note: {note}", "   注：{note}"),
+}
+add_texts(TEXTS)
 
 
 def _language(value: str) -> str:

@@ -14,10 +14,63 @@ from . import class_report
 from .diagnose import failure
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
-from .messages import CATALOGUE, Msg, joined, resolve, text
+from .messages import CATALOGUE, Msg, add_texts, joined, resolve, text
 from .names import feedback_name, shown
 from .points import points
 from .runner import SubmissionReport, grade_file
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "batch.title": ("# Feedback for {name}", "# {name} 的评分反馈"),
+    "batch.not_graded": ("**Not graded:** {error}", "**未评分：**{error}"),
+    "batch.passed": (
+        "## {exercise}: passed ({passed}/{total} checks, {points:g} of {max:g} points)",
+        "## {exercise}：通过（{total} 项检查通过了 {passed} 项，得 {points:g} 分，满分 {max:g}）",
+    ),
+    "batch.not_passed": (
+        "## {exercise}: not passed ({passed}/{total} checks, {points:g} of {max:g} points)",
+        "## {exercise}：未通过（{total} 项检查通过了 {passed} 项，得 {points:g} 分，满分 {max:g}）",
+    ),
+    "batch.problems": ("## Problems while running your code", "## 运行你的代码时出现的问题"),
+    "batch.status_passed": ("passed", "通过"),
+    "batch.status": ("{exercise}: {diagnosis}", "{exercise}：{diagnosis}"),
+    "batch.grader_failed": (
+        "the grader failed on this submission ({type}: {error}); please report it",
+        "评分器在这份提交上出错了（{type}：{error}）；请报告这个问题",
+    ),
+    "batch.link_broken": (
+        "a link that leads nowhere (a loop, or a missing file)",
+        "无效的链接（循环链接，或者目标不存在）",
+    ),
+    "status.not_implemented": ("not implemented yet", "还没有实现"),
+    "status.missing": ("not found in the file", "文件里没有找到"),
+    "status.missing_after_error": (
+        "not found: a cell failed before it (see the feedback)",
+        "没有找到：在它之前有单元格出错（见反馈）",
+    ),
+    "status.exception": ("raised an error", "运行出错"),
+    "status.contract": ("breaks the contract", "不符合接口约定"),
+    "status.wrong_shape": ("wrong output shape", "输出形状不对"),
+    "status.wrong_values": ("wrong values", "输出数值不对"),
+    "status.wrong_answer": ("wrong answer", "答案不对"),
+    "status.timeout": ("stopped: too slow", "超时，被终止"),
+    "status.crashed": ("the run crashed", "运行崩溃"),
+    "status.unreadable": ("the file cannot be read", "文件无法读取"),
+    "status.grader_error": ("the grader failed", "评分器出错"),
+    "status.forbidden": ("no credit: uses a built-in attention", "不得分：用了内置的注意力实现"),
+    "status.delegates": ("no credit: uses the course's reference code", "不得分：用了课程的参考实现"),
+    "status.other": ("not passed", "未通过"),
+    "batch.link_outside": ("a link to a file outside the submissions folder", "指向提交文件夹之外的链接"),
+    "batch.not_a_file": ("not a file", "不是文件"),
+    "batch.not_a_submission": ("not a submission (.py or .ipynb)", "不是提交文件（.py 或 .ipynb）"),
+    "batch.no_folder": ("submissions folder {folder} does not exist", "提交文件夹 {folder} 不存在"),
+    "batch.out_inside": (
+        "the output folder must not be inside the submissions folder (submissions are read-only)",
+        "输出文件夹不能放在提交文件夹里面（提交的文件只读）",
+    ),
+    "cli.skipped_line": ("{name}: {why}", "{name}：{why}"),
+}
+add_texts(TEXTS)
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 

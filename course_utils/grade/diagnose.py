@@ -340,20 +340,20 @@ def _refusals(ex: Exercise, records, refusals):
 
 
 def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list | None = None, assumed=None) -> Result:
-    """Grade validated ``records`` (one per case) against the reference and the mutant catalogue."""
-    result = _verdict(get(exercise), records, cases, refusals)
-    result.assumed = assumed
-    return result
-
-
-def _verdict(ex: Exercise, records, cases, refusals):
+    """The verdict of every exercise: validated ``records`` (one per case) graded against the reference and the
+    mutant catalogue. The capstone, graded on models (its cases are trained models), is graded by its module, as
+    its failures are (``failure``)."""
+    ex = get(exercise)
+    if ex.kind == "model":
+        return ex.model.grade_answers(ex.id, records, cases, refusals)
     exercise = ex.id
     total = total_checks(cases)
     refusals = _refusals(ex, records, refusals)
     interview = ex.interview
     if refusals:
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"
-        return Result(exercise, False, 0.0, 0, total, key, [Msg("refused." + key, first=refusals[0])] + refusals[1:])
+        messages = [Msg("refused." + key, first=refusals[0])] + refusals[1:]
+        return Result(exercise, False, 0.0, 0, total, key, messages, assumed)
 
     reasons, dropout = [], None
     for case, rec in zip(cases, records, strict=False):
@@ -377,19 +377,21 @@ def _verdict(ex: Exercise, records, cases, refusals):
     ran = any(r["error"] is None for r in records)  # determinism is only a check when something ran
     passed = len(cases) - len(reasons) + (1 if ran and not nondeterministic else 0)
     if passed == total:
-        return Result(exercise, True, 1.0, total, total, None, [])
+        return Result(exercise, True, 1.0, total, total, None, [], assumed)
     score = round(passed / total, 3)
     details = _details(reasons, len(cases))
 
     def result(key, message):
         same = len(details) == 1 and details[0].endswith(message)  # said once is enough
-        return Result(exercise, False, score, passed, total, key, [message] + ([] if same else details))
+        return Result(exercise, False, score, passed, total, key, [message] + ([] if same else details), assumed)
 
     errors = [r["error"] for r in records if r["error"] is not None]
     stubs = [c for c, r in zip(cases, records, strict=False) if (r["error"] or {}).get("not_implemented")]
     if stubs:  # the contract's function, or its exchange where only the ring's cases met a stub (exercise 15)
         name = stubs[0].calls[0].exchange if all(c.calls[0].exchange for c in stubs) else ex.contract
-        return Result(exercise, False, 0.0, 0, total, NOT_IMPLEMENTED, [Msg("not_implemented.write", name=name)])
+        return Result(
+            exercise, False, 0.0, 0, total, NOT_IMPLEMENTED, [Msg("not_implemented.write", name=name)], assumed
+        )
     if nondeterministic:
         return result(DROPOUT_EVAL.key, DROPOUT_EVAL.message)
     if dropout and len(reasons) == 1:

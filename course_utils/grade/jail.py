@@ -22,7 +22,24 @@ import threading
 from pathlib import Path
 
 from . import limits
-from .messages import Msg
+from .messages import Msg, add_texts
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "sandbox.not_linux": (
+        "bubblewrap sandboxes need Linux (this is {platform})",
+        "bubblewrap 沙箱只能在 Linux 上用（这台机器是 {platform}）",
+    ),
+    "sandbox.no_bwrap": (
+        "bubblewrap (bwrap) is not installed: apt-get install bubblewrap",
+        "没有安装 bubblewrap (bwrap)：apt-get install bubblewrap",
+    ),
+    "sandbox.no_namespaces": (
+        "bwrap cannot create its namespaces here: {error}",
+        "bwrap 无法在这里创建命名空间：{error}",
+    ),
+}
+add_texts(TEXTS)
 
 MEMORY_CAP = 4 << 30  # address space: torch needs ~1 GiB just to import
 MAX_FILE = 64 << 20  # any one file written

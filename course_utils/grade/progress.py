@@ -8,8 +8,21 @@ import time
 
 from .batch import status  # the status in words, as grades.csv has it
 from .escape import one_line, terminal
-from .messages import Msg
+from .messages import Msg, add_texts
 from .names import shown
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "batch.progress_line": (
+        "[{done}/{count}] {name}: {status} ({seconds:.1f} s)",
+        "[{done}/{count}] {name}：{status}（{seconds:.1f} 秒）",
+    ),
+    "batch.progress_bar": (
+        "{bar} {done}/{count}, about {left:.0f} s left",
+        "{bar} {done}/{count}，大约还要 {left:.0f} 秒",
+    ),
+}
+add_texts(TEXTS)
 
 BAR_WIDTH = 30
 

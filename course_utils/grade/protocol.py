@@ -18,11 +18,49 @@ from .diagnose import cached_outputs
 from .escape import one_line, printable
 from .exercises import get
 from .heads import without_biases
-from .messages import Msg, joined
+from .messages import Msg, add_texts, joined
 from .records import CallRecorder, with_texts
 from .registry import Exercise
-from .sandbox import dialects, harness
+from .sandbox import dialects, errors, finding, running
 from .types import Case, new_seed
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "delegation.function": ("{name} is course_utils' own ({module})", "{name} 是 course_utils 自带的实现（{module}）"),
+    "delegation.class": (
+        "{cls} is (or subclasses) course_utils' {base}",
+        "{cls} 就是 course_utils 的 {base}（或它的子类）",
+    ),
+    "delegation.mha": ("{cls} subclasses nn.MultiheadAttention", "{cls} 继承了 nn.MultiheadAttention"),
+    "delegation.forward": ("{cls}.forward comes from {module}", "{cls}.forward 来自 {module}"),
+    "assumed": ("graded as the {name} dialect; mask convention: {mask}", "按照{name}的写法评分；掩码约定：{mask}"),
+    "assumed.no_bias": (
+        "graded as the {name} dialect; mask convention: {mask}; no bias on {roles}",
+        "按照{name}的写法评分；掩码约定：{mask}；{roles} 没有 bias",
+    ),
+    "dialect.book": ("book", "书中"),
+    "dialect.annotated": ("annotated transformer", "annotated transformer 教程"),
+    "dialect.signature": ("{signature}", "构造参数为 {signature}"),
+    "mask.built_in": ("built in", "内置（模块自己加因果掩码）"),
+    "mask.keep": ("True = keep (mask == 0 hidden)", "True = 保留（mask == 0 处被遮住）"),
+    "mask.hidden": ("True = hidden", "True = 遮住"),
+    "mask.additive": ("additive (0 / -inf)", "加性掩码（0 / -inf）"),
+    "mask.not_causal": ("{mask} (no convention made it causal)", "{mask}（没有哪种约定能让它满足因果性）"),
+    "bad.records": ("wrong number of case records", "用例记录的数量不对"),
+    "bad.record": ("a case record is not a mapping", "有一条用例记录不是字典"),
+    "bad.outputs": ("outputs is not a mapping", "outputs 不是字典"),
+    "bad.calls": ("calls is not a list of names", "calls 不是名字列表"),
+    "bad.error": ("error is not a mapping", "error 不是字典"),
+    "bad.error_field": ("error field {field} has the wrong type", "error 的字段 {field} 类型不对"),
+    "bad.error_place": ("unknown error place", "未知的出错位置"),
+    "bad.dialect": ("dialect is not a mapping", "dialect 不是字典"),
+    "bad.dialect_fields": ("malformed dialect", "dialect 的格式不对"),
+    "assumed.placed": (
+        "{assumed}; constructor: {mapping}; parameters: {placement}",
+        "{assumed}；构造参数：{mapping}；参数位置：{placement}",
+    ),
+}
+add_texts(TEXTS)
 
 MAX_ELEMENTS = 1 << 20  # per returned tensor; the cases' tensors are far smaller
 
@@ -222,7 +260,7 @@ def _clean_error(err) -> dict | None:
         value = err.get(key)
         if not isinstance(value, kind):
             raise BadResult(Msg("bad.error_field", field=repr(key)))
-        clean[key] = value[: harness.MAX_MESSAGE] if isinstance(value, str) else value
+        clean[key] = value[: errors.MAX_MESSAGE] if isinstance(value, str) else value
     if clean["where"] not in _WHERES:
         raise BadResult(Msg("bad.error_place"))
     with_texts(clean, err)
@@ -282,14 +320,14 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
     of the plan's tensors, as the sandbox's child does: a module that writes into the cache it is handed (as Hugging
     Face's caches do) must not change the grader's own cases, whose reference is computed afterwards."""
     the_plan = graded.plan()
-    records = graded.resolve(harness.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
+    records = graded.resolve(running.run_exercise(cls, copy.deepcopy(the_plan), learner_files))
     recorder = CallRecorder()  # one more forward, watched for calls into course_utils' reference code
     first = copy.deepcopy({**the_plan["cases"][0], "calls": the_plan["cases"][0]["calls"][:1]})
     with recorder:
         if the_plan.get("function"):
-            harness.run_function_case(cls, first)
+            running.run_function_case(cls, first)
         else:
-            harness.run_case(cls, the_plan["ctor_args"][0], first)
+            running.run_case(cls, the_plan["ctor_args"][0], first)
     for rec in records:
         rec["calls"] = sorted(set(rec["calls"]) | recorder.calls)
     return records
@@ -297,11 +335,11 @@ def run_in_process(cls, graded: Graded, learner_files: set | None = None) -> lis
 
 def chosen_class(cls, graded: Graded):
     """(the class to grade, why none): ``check("id", globals())`` takes from the namespace what the file grader
-    takes from the same cells (``harness.class_in``); a class, a function or None is itself."""
+    takes from the same cells (``finding.class_in``); a class, a function or None is itself."""
     if not isinstance(cls, Mapping):
         return cls, None
     ex = graded.exercise
-    chosen, found = harness.class_in(dict(cls), graded.plan())
+    chosen, found = finding.class_in(dict(cls), graded.plan())
     if chosen is None and found and ex.interview:
         return None, Msg("no_class_fits", name=ex.contract, found=", ".join(found), exercise=ex.id)
     return chosen, None  # None: not implemented yet (none of the learner's classes answers this exercise)

@@ -18,7 +18,7 @@ KINDS = ("class", "function", "model")
 class Exercise:
     """One exercise. ``kind``: "class" (the learner's nn.Module runs on the grader's cases), "function" (the
     learner's function is called on them), "model" (the learner's function is called on trained models: the
-    capstone, graded by ``model``, a module with make_cases, grade_function, verdict and failure)."""
+    capstone, graded by ``model``, a module with make_cases, grade_function, grade_answers and failure)."""
 
     id: str  # check("<id>", ...), the column in grades.csv, the diagnosis keys' exercise
     order: int  # the column's place in grades.csv

@@ -14,10 +14,54 @@ from . import jail, limits, protocol, source
 from .child import from_child
 from .diagnose import failure, verdict
 from .exercises import get
-from .messages import Msg, resolve, text
+from .messages import Msg, add_texts, resolve, text
 from .questions import QUESTIONS, grade_answer
 from .registry import Exercise
 from .types import new_seed
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "refusal.imports": ("imports {what}", "导入了 {what}"),
+    "run.cell_note": ("cell {cell}: {note}", "单元格 {cell}：{note}"),
+    "run.interview_detected": (
+        "graded as {exercise} (interview mode): no check() call names an exercise, and the "
+        "file's classes are no exercise's contract; pass --exercise to choose another",
+        "按 {exercise}（面试模式）评分：没有 check() 调用指明练习，文件里的类也不符合任何练习的接口"
+        "约定；要按别的练习评分，请加 --exercise",
+    ),
+    "run.no_exercise": (
+        'no exercise found: no check("id", ...) call and no contract class name',
+        '没有找到练习：既没有 check("id", ...) 调用，也没有接口约定里的类名',
+    ),
+    "run.timeout": (
+        "grading stopped after {seconds:g} s (an infinite loop?)",
+        "评分在 {seconds:g} 秒后被终止（是不是有死循环？）",
+    ),
+    "run.too_large": ("the submission's grading result was too large", "这份提交返回的评分结果太大了"),
+    "run.ended": (
+        "the submission ended the grading process (exit code {code}) before any result{memory}{tail}",
+        "这份提交在给出任何结果之前就结束了评分进程（退出码 {code}）{memory}{tail}",
+    ),
+    "run.ended_memory": (", out of memory?", "，是不是内存不足？"),
+    "run.ended_tail": (": {text}", "：{text}"),
+    "run.unreadable": ("unreadable grading result ({type})", "评分结果无法读取（{type}）"),
+    "run.malformed": ("malformed grading result: {why}", "评分结果的格式不对：{why}"),
+    "run.not_graded": ("{exercise} was not graded", "{exercise} 没有被评分"),
+    "run.missing_hint": ("{missing} ({note})", "{missing}（{note}）"),
+    "run.over_memory": (
+        "the submission used more than {limit} MiB of memory over all its processes (shared memory "
+        "and temporary files included) and was stopped",
+        "这份提交的所有进程（含共享内存和临时文件）一共用了超过 {limit} MiB 内存，被终止了",
+    ),
+    "run.over_processes": (
+        "the submission started more than {limit} processes or threads and was stopped",
+        "这份提交启动了超过 {limit} 个进程或线程，被终止了",
+    ),
+    "bad.exercises": ("not a mapping of exercises", "不是练习的字典"),
+    "bad.model_records": ("wrong number of model records", "模型记录的数量不对"),
+    "bad.model_record": ("a model record is not a mapping", "有一条模型记录不是字典"),
+}
+add_texts(TEXTS)
 
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = limits.SUBMISSION_BUDGET  # per submission, all its sandbox runs together
@@ -218,14 +262,15 @@ def grade_file(
         else:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_verdict(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
+            report.results += [_result(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
     for ex in models:
         left = max(1.0, deadline - time.monotonic())
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
-def _verdict(ex: Exercise, data, graded, imports, notes):
+def _result(ex: Exercise, data, graded, imports, notes):
+    """The Result of ``ex`` from what the child sent (``data``): the verdict on its records, or why there is none."""
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
     if refusals:  # known from the source alone, whatever the child ran or failed to run
@@ -254,7 +299,7 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
     # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
     refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
     if refusals:
-        return grader.verdict(ex, [], refusals, seed)
+        return verdict(exercise, [], cases, refusals)
     plan = {
         **base,
         "exercises": {},
@@ -277,4 +322,4 @@ def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout
         return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""), seed=seed)
     for rec, case in zip(records, cases, strict=False):
         rec["case"] = case.name
-    return grader.verdict(ex, records, None, seed)
+    return verdict(exercise, records, cases)

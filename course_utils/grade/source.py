@@ -8,7 +8,42 @@ import re
 from pathlib import Path
 
 from .exercises import EXERCISES, IDS
-from .messages import Msg
+from .messages import Msg, add_texts
+
+# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+TEXTS: dict[str, tuple[str, str]] = {
+    "source.at_line": ("{name} (line {line})", "{name}（第 {line} 行）"),
+    "source.not_a_submission": (
+        "{name}: only .py and .ipynb submissions are graded",
+        "{name}：只评 .py 和 .ipynb 文件",
+    ),
+    "source.cannot_read": ("cannot read {name}: {error}", "无法读取 {name}：{error}"),
+    "source.invalid_json": (
+        "{name} is not a valid notebook (invalid JSON: {error})",
+        "{name} 不是有效的笔记本（JSON 格式错误：{error}）",
+    ),
+    "source.no_cells": (
+        "{name} is not a valid notebook (no list of cells)",
+        "{name} 不是有效的笔记本（没有单元格列表）",
+    ),
+    "source.empty": ("the file is empty", "文件是空的"),
+    "source.too_big": (
+        "the file is larger than {limit} MiB, more than an exercise needs: not read",
+        "文件超过 {limit} MiB，比任何练习需要的都大：没有读取",
+    ),
+    "source.too_much_code": (
+        "the file holds {size} KiB of code, more than the grader reads ({limit} KiB)",
+        "文件里有 {size} KiB 代码，超过评分器读取的上限（{limit} KiB）",
+    ),
+    "source.not_utf8": ("the file is not UTF-8 text (byte {position})", "文件不是 UTF-8 文本（第 {position} 个字节）"),
+    "source.too_deep": ("nested too deeply", "嵌套太深"),
+    "source.skipped_magic": ("skipped a %%{name} cell (not Python)", "跳过了一个 %%{name} 单元格（不是 Python 代码）"),
+    "source.too_big_without_outputs": (
+        "the notebook is larger than {limit} MiB without its outputs, more than an exercise needs: not read",
+        "去掉输出后笔记本仍大于 {limit} MiB，超出练习所需：未读取",
+    ),
+}
+add_texts(TEXTS)
 
 
 class SubmissionError(Exception):

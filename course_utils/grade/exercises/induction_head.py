@@ -1,6 +1,6 @@
 """Exercise 11 (the capstone): the learner writes a *function*, not a module, and the grader calls it on models it
-builds itself (kind "model": this module is the exercise's ``model``, with make_cases, grade_function, verdict
-and failure).
+builds itself (kind "model": this module is the exercise's ``model``, with make_cases, grade_function,
+grade_answers and failure).
 
 ``induction_head``: ``find_induction_head(model) -> (layer, head)`` for a ``course_utils.gpt.GPT`` trained on the
 induction task. The grader builds each case from the committed checkpoint (``make train``) by transformations that
@@ -12,7 +12,7 @@ every trained layer gets the largest weights (``_plant_decoy``), so that the wei
 the checkpoint's recorded scores do once the heads moved: only what the heads do finds the answer.
 
 Records and the verdict follow ``protocol``/``diagnose``: ``run_function`` returns plain data (it also runs in the
-sandboxed child), ``verdict`` names the misconception whose answers the learner's reproduce on every case.
+sandboxed child), ``grade_answers`` names the misconception whose answers the learner's reproduce on every case.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from ..kit import case_titles
 from ..messages import Msg, case_title
 from ..records import CallRecorder, with_texts
 from ..registry import Exercise
-from ..sandbox.harness import describe_exception, layer_head_answer
+from ..sandbox.errors import describe_exception
+from ..sandbox.model_exercise import layer_head_answer
 from ..types import Result
 
 EXERCISES = ("induction_head",)
@@ -334,10 +335,10 @@ def _pair(answer):
     return None if answer is None or isinstance(answer, str) else tuple(answer)
 
 
-def verdict(exercise: str, records: list, refusals: list | None = None, seed: int | None = None) -> Result:
-    """One check per case: the learner's (layer, head) is the induction head. A wrong answer is named when it
-    matches a known misconception on every case."""
-    cases = make_cases(exercise, seed)
+def grade_answers(exercise: str, records: list, cases: list, refusals: list | None = None) -> Result:
+    """The capstone's verdict (``diagnose.verdict`` for this exercise): one check per case, the learner's (layer,
+    head) is the induction head of the case's model. A wrong answer is named when it matches a known misconception
+    on every case."""
     total = len(cases)
     refusals = list(refusals or [])
     refusals += [Msg("refusal.course_scoring", call=call) for r in records for call in r.get("calls", [])]
@@ -404,7 +405,9 @@ def grade_function(
             "contract",
             [Msg("capstone.not_a_function", name=CONTRACT_FUNCTION[exercise], type=type(fn).__name__)],
         )
-    return verdict(exercise, run_function(exercise, fn, learner_files, seed), refusals, seed)
+    return grade_answers(
+        exercise, run_function(exercise, fn, learner_files, seed), make_cases(exercise, seed), refusals
+    )
 
 
 TEXTS: dict[str, tuple[str, str]] = {

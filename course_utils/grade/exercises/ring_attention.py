@@ -275,10 +275,24 @@ def ring_run(call: Call, v: RingVariant) -> dict:
         for step in range(world_size):
             held = (rank + step if v.exchange == "backwards" else rank - step) % world_size
             if step:
-                outputs[f"rank{rank}.recv{step}.k"], outputs[f"rank{rank}.recv{step}.v"] = k_chunks[held], v_chunks[held]
+                outputs[f"rank{rank}.recv{step}.k"], outputs[f"rank{rank}.recv{step}.v"] = (
+                    k_chunks[held],
+                    v_chunks[held],
+                )
             told = (rank - step) % world_size  # the source the ring tells ring_step, whatever arrived
-            args = (q_chunks[rank], k_chunks[held], v_chunks[held], out, lse, rank, told, world_size, seq_len, layout,
-                    causal)
+            args = (
+                q_chunks[rank],
+                k_chunks[held],
+                v_chunks[held],
+                out,
+                lse,
+                rank,
+                told,
+                world_size,
+                seq_len,
+                layout,
+                causal,
+            )
             out, lse = ring_forward(args, v)
         outputs[f"rank{rank}.out"], outputs[f"rank{rank}.lse"] = out, lse
     return outputs
@@ -297,7 +311,6 @@ def cases(g) -> list[Case]:
         ring_case(titles[6], g, 2, 12, "zigzag", True, rank=1, source=0, scale=10.0),
         *(ring_run_case(title, g, *shape) for title, shape in zip(RING_TITLES, RING_SHAPES, strict=True)),
     ]
-
 
 
 def expected(case: Case, variant: RingVariant) -> dict:

@@ -148,8 +148,19 @@ def run_ring_case(step_fn, exchange_fn, case: dict, describe, learner_files=None
                 try:
                     os.close(out_r)
                     os.close(hold_w)
-                    _rank(rank, world_size, os.path.join(store_dir, "store"), call, step_fn, exchange_fn, phases,
-                          out_w, hold_r, describe, learner_files)
+                    _rank(
+                        rank,
+                        world_size,
+                        os.path.join(store_dir, "store"),
+                        call,
+                        step_fn,
+                        exchange_fn,
+                        phases,
+                        out_w,
+                        hold_r,
+                        describe,
+                        learner_files,
+                    )
                 finally:
                     os._exit(1)
             os.close(out_w)

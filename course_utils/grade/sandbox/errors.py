@@ -1,0 +1,88 @@
+"""A learner's error as plain data: its type, the first line of its message, the learner's line (the deepest
+frame in the learner's code), where it happened; and the errors the harness itself raises (a contract broken,
+a cell or call that ran too long)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import torch
+
+try:  # in-process: part of the course's grader package
+    from .texts import Said, english, said
+except ImportError:  # sandboxed: the sandbox's files side by side in /grader
+    from texts import Said, english, said
+
+
+MAX_MESSAGE = 1600  # long enough that a list of what is accepted is never cut
+
+
+class CellTimeout(BaseException):
+    """Raised by the alarm inside a learner's cell or forward that runs too long."""
+
+
+class ContractError(Said):
+    """The learner's module does not follow the exercise's contract (names, shapes, return values)."""
+
+
+_NOT_LEARNER = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    os.path.dirname(torch.__file__),
+    os.path.dirname(os.__file__),
+)
+
+
+def _learner_frame(exc: BaseException, learner_files):
+    """The deepest frame in the learner's code: one of ``learner_files``, or (in-process, where the cells'
+    file names are IPython's) any frame outside the grader, torch and the standard library."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if learner_files is not None:
+            if frame.filename in learner_files:
+                return frame
+        elif frame.filename.startswith("<") or not os.path.abspath(frame.filename).startswith(_NOT_LEARNER):
+            return frame
+    return None
+
+
+def _stub(exc: BaseException) -> bool:
+    """A NotImplementedError, or an error raised because of one (Triton's interpreter wraps what a kernel raises
+    in its own InterpreterError)."""
+    return isinstance(exc, NotImplementedError) or isinstance(exc.__cause__, NotImplementedError)
+
+
+def describe_exception(exc: BaseException, learner_files=None, where: str = "forward") -> dict:
+    """A learner's exception as plain data: type, first line of the message, the learner's line. The grader
+    renders ``said`` and ``line_said`` (the harness's own words as keys, see texts.py) in the learner's language."""
+    frame = _learner_frame(exc, learner_files)
+    line = line_said = None
+    if frame is not None:
+        src = (frame.line or "").strip()
+        line = f"line {frame.lineno}" + (f": {src}" if src else "")[:MAX_MESSAGE]
+        line_said = (
+            said("at_line", line=str(frame.lineno), src=src) if src else said("at_line_bare", line=str(frame.lineno))
+        )
+    message_said = (
+        said("timed_out")
+        if isinstance(exc, CellTimeout)
+        else said("out_of_memory")
+        if isinstance(exc, MemoryError)
+        else getattr(exc, "said", None)
+        if isinstance(exc, Said)
+        else None
+    )
+    if message_said is not None:
+        message = english(message_said)
+    else:
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else ""
+    return {
+        "type": type(exc).__name__,
+        "message": message[:MAX_MESSAGE],
+        "line": line,
+        "where": where,
+        "not_implemented": _stub(exc),
+        "contract": isinstance(exc, ContractError),
+        "said": message_said,
+        "line_said": line_said,
+    }
