@@ -172,6 +172,12 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "dropout applied to the output instead of the attention weights",
         "dropout 作用在了输出上，应当作用在注意力权重上",
     ),
+    "mutant.dropout_on_values": (
+        "dropout applied to the values: every query then loses the same keys; dropout acts on the attention "
+        "weights, one random mask per weight (dropped weights are 0, the others scaled by 1/(1-p))",
+        "dropout 作用在了值上：这样每个查询丢掉的都是同样的键；dropout 应当作用在注意力权重上，每个权重各自随机"
+        "（被丢弃的权重为 0，其余的乘以 1/(1-p)）",
+    ),
     "mutant.dropout_wrong": (
         "in training mode the output is not attention with dropout on the weights: each weight "
         "must be either 0 or weight/(1-p), with dropout p",
