@@ -84,6 +84,11 @@ def test_stub_is_not_implemented():
     result = grade(half)
     assert not result and result.diagnosis == "not_implemented", result.report()
     assert "write merge_partials (it raises" in result.summary, result.report()  # the stub, not its caller
+    both = REFERENCE.replace("    m = lses.amax(dim=0)  #MAX", "    raise NotImplementedError('your code here')")
+    both = both.replace("    num_blocks, block_size, heads, d = key_pool.shape\n", "    raise NotImplementedError\n")
+    result = grade(both)  # the exercise notebook as handed out: both functions stubs
+    assert "write merge_partials, paged_decode (they raise" in result.summary, result.report()
+    assert "请写出 merge_partials、paged_decode（它们" in result.report("zh"), result.report("zh")
 
 
 @pytest.mark.parametrize(

@@ -410,8 +410,12 @@ def _verdict(ex: Exercise, records, cases, refusals):
     errors = [r["error"] for r in records if r["error"] is not None]
     if any(e["not_implemented"] for e in errors):
         stubs = _stubs(ex, cases, records)
-        name = stubs[0] if len(stubs) == 1 else joined(stubs, ",")
-        return Result(exercise, False, score, passed, total, NOT_IMPLEMENTED, [Msg("not_implemented.write", name=name)])
+        said = (
+            Msg("not_implemented.write", name=stubs[0])
+            if len(stubs) == 1
+            else Msg("not_implemented.write_all", names=joined(stubs, ","))
+        )
+        return Result(exercise, False, score, passed, total, NOT_IMPLEMENTED, [said])
     if nondeterministic:
         return result(DROPOUT_EVAL.key, DROPOUT_EVAL.message)
     if dropout and len(reasons) == 1:

@@ -35,6 +35,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "not implemented yet: write {name} (it raises NotImplementedError)",
         "还没有实现：请写出 {name}（它现在会抛出 NotImplementedError）",
     ),
+    "not_implemented.write_all": (
+        "not implemented yet: write {names} (they raise NotImplementedError)",
+        "还没有实现：请写出 {names}（它们现在会抛出 NotImplementedError）",
+    ),
     "not_implemented.define_class": ("not implemented yet: define class {name}", "还没有实现：请定义类 {name}"),
     "not_implemented.define_module": (
         "not implemented yet: define your attention class (an nn.Module, named {name} or anything else)",
