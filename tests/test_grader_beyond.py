@@ -14,7 +14,7 @@ from course_utils.grade.exercises.online_softmax import OnlineVariant
 from course_utils.grade.exercises.rope import RopeVariant
 from course_utils.grade.protocol import Graded, run_in_process
 from tests.conftest import grade, load
-from tests.grader_cases.beyond import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FUNCTION
+from tests.grader_cases.beyond import ALTERNATIVES, DROPOUT, MUTANTS, REFERENCE, STUB_FUNCTION
 from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT, mutate
 
 BEYOND = ("rope", "online_softmax", "mla")
@@ -67,6 +67,18 @@ def test_mutant_gets_its_diagnosis(exercise, key, edits):
     assert any(m.message in result.report() for m in get(exercise).mutants() if m.key == key)
 
 
+@pytest.mark.parametrize("exercise,key,src", DROPOUT, ids=[f"{ex}-{key or 'honest'}" for ex, key, _ in DROPOUT])
+def test_dropout_is_graded_in_training_mode(exercise, key, src):
+    """The shared training case (one-hot values: each weight read back from the output) runs the module in
+    training mode: dropout on the weights passes however it is written, dropout anywhere else is named."""
+    assert any(c.name == "training mode, dropout 0.5" and c.kind == "train" for c in get(exercise).make_cases())
+    result = grade(exercise, src)
+    if key is None:
+        assert result, result.report()
+    else:
+        assert not result and result.diagnosis == key, result.report()
+
+
 def test_catalogue_sizes():
     for ex in BEYOND:
         assert len({k for k, _ in MUTANTS[ex]}) >= 4, ex  # learner-style mutants, each a different mistake
@@ -114,6 +126,8 @@ def test_rope_reference_equals_course_utils():
             cache.update(*case.given_past)
         with torch.no_grad():
             for i, call in enumerate(case.calls):
+                if call.train:  # no expected value: the learner's own eval-mode call is the reference
+                    continue
                 if not call.use_cache:
                     torch.testing.assert_close(m(call.x), expected[f"step{i + 1}.out"])
                     continue
@@ -145,6 +159,8 @@ def test_mla_reference_equals_course_utils():
             cache.update(*case.given_past)
         with torch.no_grad():
             for i, call in enumerate(case.calls):
+                if call.train:
+                    continue
                 got = m(call.x, cache=cache if call.use_cache else None, absorb=call.kwargs["absorb"])
                 torch.testing.assert_close(got, expected[f"step{i + 1}.out"])
                 if call.use_cache:
@@ -192,3 +208,23 @@ def test_records_carry_the_exercise_outputs():
     assert set(first) == {f"step{i}.{part}" for i in range(1, 5) for part in ("out", "c_kv", "k_rope")} | {"repeat.out"}
     assert first["step3.c_kv"].shape == (2, 6, 6) and first["step4.c_kv"] is None
     assert verdict("mla", records, graded.cases)
+
+
+@pytest.mark.requires_sandbox
+def test_dropout_verdicts_are_the_same_in_the_sandbox(tmp_path):
+    """The training case through the sandboxed runner: the same verdict as in the notebook's kernel."""
+    from course_utils.grade import runner
+
+    contracts = {"rope": "RoPEAttention", "mla": "MultiHeadLatentAttention"}
+    chosen = [
+        (ex, key, src)
+        for ex, key, src in DROPOUT
+        if (ex, key) in {("rope", "dropout_on_output"), ("mla", None), ("mla", "dropout_on_values")}
+    ]
+    for i, (exercise, key, src) in enumerate(chosen):
+        path = tmp_path / f"sub{i}.py"
+        path.write_text(src + f'\nfrom course_utils.grade import check\ncheck("{exercise}", {contracts[exercise]})\n')
+        (sandboxed,) = runner.grade_file(path, sandboxed=True).results
+        in_process = grade(exercise, src)
+        assert (sandboxed.diagnosis, sandboxed.summary) == (in_process.diagnosis, in_process.summary)
+        assert sandboxed.diagnosis == key, sandboxed.report()

@@ -83,6 +83,12 @@ def test_stub_is_not_implemented():
     half = REFERENCE.replace("    m = lses.amax(dim=0)  #MAX", "    raise NotImplementedError('your code here')")
     result = grade(half)
     assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "write merge_partials (it raises" in result.summary, result.report()  # the stub, not its caller
+    both = REFERENCE.replace("    m = lses.amax(dim=0)  #MAX", "    raise NotImplementedError('your code here')")
+    both = both.replace("    num_blocks, block_size, heads, d = key_pool.shape\n", "    raise NotImplementedError\n")
+    result = grade(both)  # the exercise notebook as handed out: both functions stubs
+    assert "write merge_partials, paged_decode (they raise" in result.summary, result.report()
+    assert "请写出 merge_partials、paged_decode（它们" in result.report("zh"), result.report("zh")
 
 
 @pytest.mark.parametrize(
@@ -126,7 +132,10 @@ def test_one_pass_decode_with_the_merge_left_as_a_stub_gets_no_credit():
     )
     assert one_pass != ALTERNATIVES["vectorised_softmax_merge"]
     result = grade(one_pass)
-    assert not result and result.score < 1.0, result.report()
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet: write merge_partials (it raises NotImplementedError)" in result.summary
+    assert "还没有实现：请写出 merge_partials" in result.report("zh")
+    assert result.checks_passed == result.checks_total - 1  # the decode's own checks still count
     missing = one_pass.replace("def merge_partials(", "def merge_partials_unused(")
     result = grade(missing)
     assert not result and "merge_partials" in result.report(), result.report()
@@ -155,13 +164,15 @@ def test_catalogue():
     keys = {m.key for m in get(EX).mutants()}
     assert len({k for k, _ in MUTANTS}) >= 4 and len(keys) >= 5
     # the mistakes issue 23 names: block-table index math, a shared block written without copy, partials merged
-    # without rescaling or without the max
+    # without rescaling or without the max; and those issue 29 names: contiguous reads through a table, chunks
+    # weighted by their lengths
     assert {
         "block_table_slot_without_block_size",
-        "block_table_ignored",
+        "blocks_read_contiguously",
         "shared_block_written_without_copy",
         "merge_without_rescaling",
         "merge_without_max",
+        "merge_weighted_by_length",
     } <= keys
     # the same mistakes as the reference's own mutants (tests/grader_cases/serving.py) go by the same names
     shared = keys & set(serving.MUTANTS)
@@ -280,6 +291,11 @@ def test_graded_in_the_sandbox(tmp_path):
         "no_max": mutate(REFERENCE, dict(MUTANTS)["merge_without_max"]),
         "not_written": dict(STATE_MUTANTS)["new_token_not_written"],
         "attend_first_no_copy": dict(STATE_MUTANTS)["shared_block_written_without_copy"],
+        "contiguous": mutate(REFERENCE, dict(MUTANTS)["blocks_read_contiguously"]),
+        "by_length": dict(MUTANTS)["merge_weighted_by_length"],
+        "merge_stub": ALTERNATIVES["vectorised_softmax_merge"].replace(
+            "    weights = torch.softmax(lses, dim=0)", "    raise NotImplementedError('your code here')"
+        ),
     }
     found = {}
     for name, src in subs.items():
@@ -295,3 +311,9 @@ def test_graded_in_the_sandbox(tmp_path):
     assert found["attend_first_no_copy"].diagnosis == "shared_block_written_without_copy", found[
         "attend_first_no_copy"
     ].report()
+    for name in ("contiguous", "by_length", "merge_stub"):  # the same verdict as in the notebook's kernel
+        in_process = grade(subs[name])
+        assert (found[name].diagnosis, found[name].summary) == (in_process.diagnosis, in_process.summary)
+    assert found["contiguous"].diagnosis == "blocks_read_contiguously", found["contiguous"].report()
+    assert found["by_length"].diagnosis == "merge_weighted_by_length", found["by_length"].report()
+    assert "write merge_partials" in found["merge_stub"].summary, found["merge_stub"].report()

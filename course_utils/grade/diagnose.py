@@ -9,7 +9,7 @@ import torch
 
 from .exercises import get
 from .kit import Mistake
-from .messages import Msg, case_title
+from .messages import Msg, case_title, joined
 from .registry import Exercise
 from .types import Case, Mutant, Result
 
@@ -20,6 +20,7 @@ NOT_IMPLEMENTED = "not_implemented"
 DROPOUT_IGNORED = Mistake("dropout_ignored")
 DROPOUT_ON_SCORES = Mistake("dropout_on_scores")
 DROPOUT_ON_OUTPUT = Mistake("dropout_on_output")
+DROPOUT_ON_VALUES = Mistake("dropout_on_values")
 DROPOUT_WRONG = Mistake("dropout_wrong")
 DROPOUT_EVAL = Mistake("dropout_in_eval")
 M_LEAVES_AUTOGRAD = Mistake("grad_leaves_autograd")
@@ -28,6 +29,7 @@ VERDICT_MISTAKES = (
     DROPOUT_IGNORED,
     DROPOUT_ON_SCORES,
     DROPOUT_ON_OUTPUT,
+    DROPOUT_ON_VALUES,
     DROPOUT_WRONG,
     M_LEAVES_AUTOGRAD,
 )
@@ -253,6 +255,8 @@ def dropout_problem(case: Case, outputs: dict):
     to_ctx = (lambda out: out.double() @ w.double()) if w is not None else (lambda out: out.double())
     ctx_e, ctx_t = to_ctx(ev), to_ctx(tr)
     if dropped_weights(ctx_e, ctx_t):
+        if _one_mask_per_key(ctx_e, ctx_t, case):
+            return DROPOUT_ON_VALUES.key, DROPOUT_ON_VALUES.message
         return None
     if w is not None and dropped_weights(ev.double(), tr.double()):
         return DROPOUT_ON_OUTPUT.key, DROPOUT_ON_OUTPUT.message
@@ -270,6 +274,21 @@ def dropout_problem(case: Case, outputs: dict):
                 "dropout_wrong_scale", base=DROPOUT_WRONG.message, ratio=ratio, p_seen=1 - 1 / ratio, p=p
             )
     return DROPOUT_WRONG.key, DROPOUT_WRONG.message
+
+
+def _one_mask_per_key(ctx_e, ctx_t, case: Case) -> bool:
+    """Whether every query of a head dropped the same keys: dropout on the values (one mask per key's value)
+    rather than on the weights (one mask per weight), where a key seen by several queries is dropped for some and
+    kept for others. With independent masks at p = 0.5 on the training case's keys, agreement everywhere has a
+    chance below 2^-60."""
+    tokens, heads = case.meta["tokens"], case.ctor.get("num_heads", 1)
+    e = ctx_e.unflatten(-1, (heads, -1))[..., :tokens].transpose(1, 2)  # (B, heads, queries, keys)
+    t = ctx_t.unflatten(-1, (heads, -1))[..., :tokens].transpose(1, 2)
+    live, dropped = e.abs() > 1e-6, t.abs() <= 1e-6
+    seen = live.sum(dim=2)  # (B, heads, keys): the queries that see each key
+    some = (dropped & live).sum(dim=2)
+    shared = (some == 0) | (some == seen)
+    return bool((seen >= 2).any()) and bool(shared[seen >= 2].all())
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -339,6 +358,26 @@ def _refusals(ex: Exercise, records, refusals):
     return list(dict.fromkeys(refusals))
 
 
+def _called(case, ex: Exercise) -> str:
+    """The function a case calls: its helper (merge_partials), its exchange (a ring's), or the contract's."""
+    call = case.calls[0]
+    return call.helper or call.exchange or ex.contract
+
+
+def _stubs(ex: Exercise, cases, records) -> list[str]:
+    """The contract's functions that raise NotImplementedError (a function exercise may have a helper, such as
+    merge_partials, graded on its own cases): those a stub's error came from, else those whose cases raised one,
+    in the contract's order (helpers first, as the notebook defines them)."""
+    helpers = [call.helper or call.exchange for case in cases for call in case.calls if call.helper or call.exchange]
+    functions = list(dict.fromkeys(helpers + [ex.contract]))
+    raised = [(case, rec["error"]) for case, rec in zip(cases, records, strict=False) if rec["error"] is not None]
+    raised = [(case, err) for case, err in raised if err["not_implemented"]]
+    named = {err.get("function") for _, err in raised}
+    by_frame = [f for f in functions if f in named]
+    by_case = [f for f in functions if any(_called(case, ex) == f for case, _ in raised)]
+    return by_frame or by_case or [ex.contract]
+
+
 def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list | None = None, assumed=None) -> Result:
     """The verdict of every exercise: validated ``records`` (one per case) graded against the reference and the
     mutant catalogue. The capstone, graded on models (its cases are trained models), is graded by its module, as
@@ -386,12 +425,14 @@ def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list
         return Result(exercise, False, score, passed, total, key, [message] + ([] if same else details), assumed)
 
     errors = [r["error"] for r in records if r["error"] is not None]
-    stubs = [c for c, r in zip(cases, records, strict=False) if (r["error"] or {}).get("not_implemented")]
-    if stubs:  # the contract's function, or its exchange where only the ring's cases met a stub (exercise 15)
-        name = stubs[0].calls[0].exchange if all(c.calls[0].exchange for c in stubs) else ex.contract
-        return Result(
-            exercise, False, 0.0, 0, total, NOT_IMPLEMENTED, [Msg("not_implemented.write", name=name)], assumed
+    if any(e["not_implemented"] for e in errors):
+        stubs = _stubs(ex, cases, records)
+        said = (
+            Msg("not_implemented.write", name=stubs[0])
+            if len(stubs) == 1
+            else Msg("not_implemented.write_all", names=joined(stubs, ","))
         )
+        return Result(exercise, False, score, passed, total, NOT_IMPLEMENTED, [said], assumed)
     if nondeterministic:
         return result(DROPOUT_EVAL.key, DROPOUT_EVAL.message)
     if dropout and len(reasons) == 1:

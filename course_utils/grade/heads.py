@@ -324,13 +324,21 @@ def train_case(form, name, g, batch, tokens, **ctor):
             w[head * hd : head * hd + tokens, :tokens] = torch.eye(tokens)
         if prefix + "W_value.bias" in params:
             params[prefix + "W_value.bias"].zero_()
+    return visible_dropout_case(name, g, ctor, params, x, tokens, use_cache=False if form == "cached" else None)
+
+
+def visible_dropout_case(name, g, ctor, params, x, tokens, use_cache=None, **kwargs) -> Case:
+    """A training case on ``params`` whose values are already one-hot (head h's value of token t is e_t, for the
+    one-hot input ``x``): out_proj made orthogonal, so that every element of a head's context vector, read back
+    from the output, is one attention weight (``diagnose.dropout_problem``); the module called in eval mode, then
+    in training mode on the same input (``kwargs``: the forward's other arguments, the same in both calls)."""
     if "out_proj.weight" in params:
+        d_out = params["out_proj.weight"].shape[0]
         params["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g))[0]
         params["out_proj.bias"] = torch.zeros(d_out)
-    use_cache = False if form == "cached" else None
     calls = [
-        Call(x, seed=draw_seed(g), use_cache=use_cache),
-        Call(x, train=True, seed=draw_seed(g), use_cache=use_cache),
+        Call(x, seed=draw_seed(g), use_cache=use_cache, kwargs=dict(kwargs)),
+        Call(x, train=True, seed=draw_seed(g), use_cache=use_cache, kwargs=dict(kwargs)),
     ]
     return Case(name, ctor, params, calls, kind="train", meta={"tokens": tokens})
 
@@ -340,11 +348,14 @@ def gradients_case(form, g, x_shape, **ctor):
     return grad_case(form, "gradients of the parameters and the input", g, x_shape, **ctor)
 
 
+TRAINING = "training mode, dropout 0.5"  # the shared training case's title (and its dropout)
+
+
 def training_case(form, g, batch, tokens, **ctor):
     """The shared case "training mode, dropout 0.5" (``train_case``: dropout made visible)."""
     if ctor.setdefault("dropout", 0.5) != 0.5:
         raise ValueError("the training-mode case is the one with dropout 0.5")
-    return train_case(form, "training mode, dropout 0.5", g, batch, tokens, **ctor)
+    return train_case(form, TRAINING, g, batch, tokens, **ctor)
 
 
 def large_scores_case(form, g, x_shape, **ctor):

@@ -250,15 +250,18 @@ def given_past_module_case(
 def module_expected(forward: Forward, case: Case, v: Any) -> dict[str, Tensor | None]:
     """{name: tensor or None} of a cached module (``forward(params, x, cfg, variant, past, use_cache, **kwargs)`` ->
     (out, present)) run the way the learner's is: step<i>.out and the two parts of its present. A variant with
-    ``own_cache`` attends to what it cached itself, whatever past it is handed."""
+    ``own_cache`` attends to what it cached itself, whatever past it is handed. A training-mode call has no
+    expected value."""
     with torch.no_grad():
         outs: dict[str, Tensor | None] = {}
         presents: dict[int, Any] = {}
-        names = case.meta["present_names"]
+        names = case.meta.get("present_names", ("keys", "values"))  # as the harness names them
         own = None  # what a module that keeps its own cache holds
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             tag = f"step{i + 1}"
+            if call.train:  # checked by diagnose.dropout_problem against the learner's own eval-mode call
+                continue
             given = (
                 presents[call.past] if isinstance(call.past, int) else case.given_past if call.past == "given" else None
             )

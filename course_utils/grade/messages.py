@@ -35,6 +35,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "not implemented yet: write {name} (it raises NotImplementedError)",
         "还没有实现：请写出 {name}（它现在会抛出 NotImplementedError）",
     ),
+    "not_implemented.write_all": (
+        "not implemented yet: write {names} (they raise NotImplementedError)",
+        "还没有实现：请写出 {names}（它们现在会抛出 NotImplementedError）",
+    ),
     "not_implemented.define_class": ("not implemented yet: define class {name}", "还没有实现：请定义类 {name}"),
     "not_implemented.define_module": (
         "not implemented yet: define your attention class (an nn.Module, named {name} or anything else)",
@@ -169,6 +173,12 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "dropout applied to the output instead of the attention weights",
         "dropout 作用在了输出上，应当作用在注意力权重上",
     ),
+    "mutant.dropout_on_values": (
+        "dropout applied to the values: every query then loses the same keys; dropout acts on the attention "
+        "weights, one random mask per weight (dropped weights are 0, the others scaled by 1/(1-p))",
+        "dropout 作用在了值上：这样每个查询丢掉的都是同样的键；dropout 应当作用在注意力权重上，每个权重各自随机"
+        "（被丢弃的权重为 0，其余的乘以 1/(1-p)）",
+    ),
     "mutant.dropout_wrong": (
         "in training mode the output is not attention with dropout on the weights: each weight "
         "must be either 0 or weight/(1-p), with dropout p",
@@ -228,22 +238,24 @@ CHILD_ZH = {
     "ring_rank_ended": "rank {rank} 没有发回结果就结束了（调用了 os._exit，还是崩溃了？）",
     "accepted": (
         "任何 nn.Module 类（文件里只有一个就评它；有好几个就评 check() 指定的那个，否则评能跑起来的那个）；"
-        "构造函数按参数名填写：d_in/d_out（书中的写法，顺序不限）、d_model | embed_dim | hidden_size | dim "
-        "| n_embd | num_hiddens、num_heads | n_heads | n_head | nhead | heads | h 或 head_dim、dropout、"
-        "context_length | block_size | ctx_len、bias | qkv_bias、batch_first，或者一个 config 对象；"
-        "投影层命名为（大小写不限）W_query/W_key/W_value/out_proj、q_proj/k_proj/v_proj/o_proj、"
-        "W_q/W_k/W_v/W_o、wq/wk/wv/wo、w_q/w_k/w_v/w_out 或 query/key/value/out（nn.Linear，bias 可有可无，"
-        "也可以是按 x @ W 使用的裸矩阵）、linears[0..3]，或者一个融合的 qkv / c_attn / in_proj（q、k、v "
-        "依次排列）；forward(x[, mask]) 或 forward(query, key, value[, mask])，返回 out 或 (out, weights)"
+        "构造函数按角色填写：参数名能看出角色的就按角色填（d_in/d_out 同书中写法；模型宽度如 d_model、embed_dim、"
+        "n_embd；头数如 num_heads、n_head、h，或每个头的宽度如 head_dim；上下文长度如 context_length、block_size；"
+        "dropout；bias；batch_first；或者一个 config 对象），其余参数逐一试填到能让模块各形状自洽的角色上；"
+        "参数按角色和形状对应，名字不限：四个投影（nn.Linear，bias 可有可无，也可以是任一方向存放的裸矩阵）、"
+        "按头拆开、可以拼回各头的小投影、形如 (heads, ...) 的按头张量，或者一个融合的 qkv 或 kv 矩阵"
+        "（任意顺序和排布），嵌在多深的容器里都可以；在哪种对应方式下模块用评分器的权重算出的是多头注意力，"
+        "就按哪种评分，评语会说明用的是哪种对应方式和构造参数映射；forward(x[, mask]) 或 "
+        "forward(query, key, value[, mask])，返回 out 或 (out, weights)"
     ),
     "no_parameters": "没有参数",
     "dialect_constructor": (
-        "无法对应构造函数的参数（{names}）：评分器按参数名填入模型宽度和头数，但两个都没找到；"
-        "最小的改法是在你的类旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"
+        "无法对应构造函数的参数（{names}）：没有哪个参数名看得出是模型宽度或头数，评分器试过的各种角色搭配也都"
+        "没能构造出可以评分的模块；最小的改法是在你的类旁边加一个两行的适配器：{adapter}。"
+        "面试模式接受这些写法：{accepted}"
     ),
     "dialect_argument": (
-        "构造函数需要参数 {name}，评分器没法按名字替你填；最小的改法是在你的类旁边加一个两行的"
-        "适配器：{adapter}。面试模式接受这些写法：{accepted}"
+        "构造函数需要参数 {name}，评分器既不能按它的名字填，试过的各种角色也都不合适；最小的改法是在你的类"
+        "旁边加一个两行的适配器：{adapter}。面试模式接受这些写法：{accepted}"
     ),
     "dialect_forward": (
         "无法调用 forward({names})：评分器只传入 x（或 query、key、value）和掩码，没有东西可以传给 "

@@ -265,6 +265,8 @@ def _clean_error(err) -> dict | None:
         raise BadResult(Msg("bad.error_place"))
     with_texts(clean, err)
     clean["not_implemented"] = err.get("not_implemented") is True
+    function = err.get("function")  # untrusted: only ever compared with the contract's function names
+    clean["function"] = function[:100] if isinstance(function, str) else None
     clean["contract"] = err.get("contract") is True
     step = err.get("step", 1)
     clean["step"] = step if isinstance(step, int) and not isinstance(step, bool) else 1

@@ -146,7 +146,8 @@ ALTERNATIVES = {
         "table_buffer_sdpa": mutate(ROPE, {
             "POS": "positions = torch.arange(past, past + n)  # checked below",
             "MASK": "allow = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past); "
-                    "return self.out_proj(F.scaled_dot_product_attention(q, k, v, attn_mask=allow)"
+                    "return self.out_proj(F.scaled_dot_product_attention(q, k, v, attn_mask=allow, "
+                    "dropout_p=self.dropout.p if self.training else 0.0)"
                     ".transpose(1, 2).reshape(b, n, self.d_out)), present"}),
         # rotate_half through chunk, applied to q and k stacked together
         "chunk_stacked": mutate(ROPE, {
@@ -217,7 +218,8 @@ def online_softmax_attention(q, k, v, block_size, causal=False):
                      "k_rope[:, None].expand(b, self.nh, N, self.r)], dim=-1); "
                      "allow = torch.ones(n, N, dtype=torch.bool).tril(diagonal=past); "
                      "ctx = F.scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k_full, "
-                     "self.W_uv(c_kv).view(b, N, self.nh, self.hd).transpose(1, 2), attn_mask=allow); "
+                     "self.W_uv(c_kv).view(b, N, self.nh, self.hd).transpose(1, 2), attn_mask=allow, "
+                     "dropout_p=self.dropout.p if self.training else 0.0); "
                      "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present"}),
     },
 }
@@ -293,3 +295,40 @@ MUTANTS = {
         ("cache_only_new", {"PRESENT": "present = (c_kv[:, past:], k_rope[:, past:]) if use_cache else None"}),
     ],
 }
+
+# --- dropout in training mode: (exercise, expected diagnosis or None for a pass, source) -------------------
+
+_WEIGHTS = "        w = self.dropout(torch.softmax(scores.masked_fill(hide, -torch.inf), dim=-1))\n"
+_NO_DROPOUT = "        w = torch.softmax(scores.masked_fill(hide, -torch.inf), dim=-1)\n"
+
+
+def _dropout_moved(exercise, old, new):
+    """The reference with its dropout taken off the attention weights and put where ``new`` puts it."""
+    src = REFERENCE[exercise].replace(_WEIGHTS, _NO_DROPOUT)
+    assert src.count(old) == 1, old
+    return src.replace(old, new)
+
+
+_ROPE_OUT = "        return self.out_proj(ctx), present"
+_MLA_OUT = "        return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present"
+_MLA_ABSORBED = "            ctx = (w @ c_kv[:, None]) @ w_uv.transpose(-2, -1)"
+DROPOUT = [
+    # honest: F.dropout on the weights, with the module's training flag
+    ("rope", None, _dropout_moved("rope", _NO_DROPOUT, _NO_DROPOUT.replace(
+        "dim=-1)", "dim=-1)\n        w = F.dropout(w, p=self.dropout.p, training=self.training)"))),
+    ("mla", None, _dropout_moved("mla", _NO_DROPOUT, _NO_DROPOUT.replace(
+        "dim=-1)", "dim=-1)\n        w = F.dropout(w, self.dropout.p, self.training)"))),
+    # on the output, after out_proj
+    ("rope", "dropout_on_output", _dropout_moved("rope", _ROPE_OUT, _ROPE_OUT.replace(
+        "self.out_proj(ctx)", "self.dropout(self.out_proj(ctx))"))),
+    ("mla", "dropout_on_output", _dropout_moved("mla", _MLA_OUT, _MLA_OUT.replace(
+        "return self.out_proj(", "return self.dropout(self.out_proj(").replace(", present", "), present"))),
+    # on the values (the latents, in MLA's absorbed path): every query drops the same keys
+    ("rope", "dropout_on_values", _dropout_moved("rope", "        v = v  #ROTV", "        v = self.dropout(v)")),
+    ("mla", "dropout_on_values", _dropout_moved("mla", _MLA_ABSORBED, _MLA_ABSORBED.replace(
+        "c_kv[:, None]", "self.dropout(c_kv)[:, None]"))),
+    # none at all, and F.dropout without training=self.training (active in eval mode)
+    ("rope", "dropout_ignored", REFERENCE["rope"].replace(_WEIGHTS, _NO_DROPOUT)),
+    ("mla", "dropout_in_eval", _dropout_moved("mla", _NO_DROPOUT, _NO_DROPOUT.replace(
+        "dim=-1)", "dim=-1)\n        w = F.dropout(w, self.dropout.p)"))),
+]

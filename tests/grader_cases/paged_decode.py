@@ -166,7 +166,7 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
 MUTANTS = [
     ("block_table_slot_without_block_size",
      {"SLOT": "return int(block_tables[b, pos // block_size]) + pos % block_size"}),
-    ("block_table_ignored", {"SLOT": "return int(block_tables[b, 0]) * block_size + pos"}),
+    ("blocks_read_contiguously", {"SLOT": "return int(block_tables[b, 0]) * block_size + pos"}),
     ("shared_block_written_without_copy", {"SHARED": "if block < 0:"}),
     ("copy_on_write_without_data", {"COPYK": "pass", "COPYV": "pass"}),
     ("new_token_not_attended", {"LEN": "n = int(seq_lens[b])"}),
@@ -233,3 +233,20 @@ STATE_MUTANTS = [
     # attend first (so the outputs are right), then write into a shared block in place
     ("shared_block_written_without_copy", mutate(ATTEND_FIRST, {"SHARED": "if block < 0:"})),
 ]
+
+# each chunk's output weighted by its number of keys (a mean of means), the lengths handed to merge_partials by
+# paged_decode; merge_partials alone, without them, takes the plain mean
+BY_LENGTH = REFERENCE.replace(
+    "def merge_partials(outs, lses):",
+    "def merge_partials(outs, lses, lengths=None):",
+).replace(
+    "    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
+    "    share = torch.ones(len(outs)) if lengths is None else torch.tensor(lengths, dtype=outs.dtype)\n"
+    "    out = (share.view(-1, *[1] * (outs.dim() - 1)) * outs).sum(dim=0) / share.sum()",
+).replace(
+    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses))",
+    "        lengths = [min(chunk, n - start) for start in range(0, n, chunk)]\n"
+    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses), lengths)",
+)
+assert BY_LENGTH.count("lengths") == 5
+MUTANTS.append(("merge_weighted_by_length", BY_LENGTH))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..heads import TRAINING, visible_dropout_case
 from ..kit import (
     M_IGNORES_PAST,
     M_ROPE_EXPONENT,
@@ -24,6 +25,7 @@ from ..kit import (
     module_case,
     module_expected,
     mutant,
+    random_params,
     rope,
     softmax_axis_mutants,
     split_heads,
@@ -159,6 +161,24 @@ def _case(name, g, x_shape, steps, **ctor):
     return module_case(mla_param_shapes, ("c_kv", "k_rope"), name, g, x_shape, steps, **ctor)
 
 
+def _training_case(g, batch, tokens, **ctor):
+    """The shared case "training mode, dropout 0.5" (``heads.visible_dropout_case``), absorbed: token t's input
+    is the one-hot e_t, W_dkv keeps it as the latent c_kv = e_t and each head's block of W_uv makes its values e_t,
+    so every element of a head's context vector is one attention weight (the keys, through W_uk and W_kr, stay
+    random)."""
+    ctor = {**ctor, "dropout": 0.5}
+    d_in, d_out, nh, dc = ctor["d_in"], ctor["d_out"], ctor["num_heads"], ctor["kv_latent_dim"]
+    hd = d_out // nh
+    assert tokens <= min(d_in, dc, hd), "one-hot tokens need room in the input, the latent and each head"
+    params = random_params(mla_param_shapes(ctor), g)
+    params["W_dkv.weight"] = torch.eye(dc, d_in)
+    params["W_uv.weight"] = torch.eye(hd, dc).repeat(nh, 1)  # (nh * hd, dc): head h's block is the identity
+    x = torch.eye(tokens, d_in).expand(batch, tokens, d_in).clone()
+    case = visible_dropout_case(TRAINING, g, ctor, params, x, tokens, use_cache=False, absorb=True)
+    case.meta["present_names"] = ("c_kv", "k_rope")
+    return case
+
+
 def cases(g) -> list[Case]:
     """The cases, drawn from ``g`` (seeded by the grader's secret seed)."""
     return [
@@ -249,6 +269,7 @@ def cases(g) -> list[Case]:
             kv_latent_dim=4,
             rope_dim=2,
         ),
+        _training_case(g, 4, 4, d_in=6, d_out=8, context_length=6, num_heads=2, kv_latent_dim=4, rope_dim=2),
     ]
 
 

@@ -34,13 +34,14 @@ class PagedVariant:
     written: bool = True  # False: the new token attended but never written to the pool
     new_token: bool = True  # False: the new token is written but not attended
     merge: str = "ok"  # ok | mean | sum | no_max | not_normalised | global_max (one max over every row) | first
-    # (each row's weights relative to its first chunk's lse)
+    # (each row's weights relative to its first chunk's lse) | by_length (each chunk weighted by its number of keys:
+    # the mean where the lengths are not known, in merge_partials alone)
     merged_lse: str = "ok"  # ok | max (the largest partial lse, without log(sum of weights))
     scale: bool = True
 
 
 M_SLOT_NO_BS = Mistake("block_table_slot_without_block_size")
-M_SLOT_CONTIGUOUS = Mistake("block_table_ignored")
+M_SLOT_CONTIGUOUS = Mistake("blocks_read_contiguously")
 M_NO_COPY = Mistake("shared_block_written_without_copy")
 M_COPY_EMPTY = Mistake("copy_on_write_without_data")
 M_NEW_TOKEN = Mistake("new_token_not_attended")
@@ -52,14 +53,16 @@ M_MERGE_NOT_NORMALISED = Mistake("merge_not_normalised")
 M_MERGE_LSE = Mistake("merge_wrong_lse")
 M_MERGE_GLOBAL_MAX = Mistake("merge_max_over_everything")
 M_MERGE_FIRST = Mistake("merge_relative_to_first_chunk")
+M_MERGE_BY_LENGTH = Mistake("merge_weighted_by_length")
 
 
 # ---------------------------------------------------------------------------------------------
 # the reference computation, with the variant's mistakes
 
 
-def _merge(outs, lses, v: PagedVariant):
-    """outs (S, H, d), lses (S, H) -> (out (H, d), lse (H,))."""
+def _merge(outs, lses, v: PagedVariant, lengths=None):
+    """outs (S, H, d), lses (S, H) -> (out (H, d), lse (H,)); ``lengths``: each chunk's number of keys, where the
+    caller knows them."""
     m = {"global_max": lses.amax().expand(lses.shape[1:]), "first": lses[0]}.get(v.merge, lses.amax(dim=0))
     w = torch.exp(lses) if v.merge == "no_max" else torch.exp(lses - m)
     total = w.sum(dim=0)
@@ -72,9 +75,17 @@ def _merge(outs, lses, v: PagedVariant):
         "mean": outs.mean(dim=0),
         "sum": outs.sum(dim=0),
         "not_normalised": weighted,
+        "by_length": outs.mean(dim=0) if lengths is None else _by_length(outs, lengths),
     }[v.merge]
     lse = torch.log(total) if v.merge == "no_max" else m + torch.log(total)
     return out, (m if v.merged_lse == "max" else lse)
+
+
+def _by_length(outs, lengths):
+    """The chunks' outputs weighted by their numbers of keys, as if each chunk's share of the softmax were its
+    share of the keys."""
+    share = torch.tensor(lengths, dtype=outs.dtype) / sum(lengths)
+    return (share[:, None, None] * outs).sum(dim=0)
 
 
 def paged_forward(args, v: PagedVariant, state: bool = False):
@@ -111,7 +122,7 @@ def paged_forward(args, v: PagedVariant, state: bool = False):
         if v.scale:
             scores = scores / math.sqrt(d)
         chunk = -(-n // num_splits)
-        outs, lses = [], []
+        outs, lses, lengths = [], [], []
         for start in range(0, n, chunk):
             s = scores[:, start : start + chunk]
             m = s.amax(dim=-1)
@@ -119,7 +130,8 @@ def paged_forward(args, v: PagedVariant, state: bool = False):
             total = p.sum(dim=-1)
             outs.append((p[:, None, :] @ values[:, start : start + chunk])[:, 0] / total[:, None])
             lses.append(m + torch.log(total))
-        return _merge(torch.stack(outs), torch.stack(lses), v)
+            lengths.append(s.shape[-1])
+        return _merge(torch.stack(outs), torch.stack(lses), v, lengths)
 
     results = [None] * len(lens)
     if v.order == "attend_first" or not v.written:  # the right outputs, and the pool as this variant writes it
@@ -309,6 +321,7 @@ def mutants() -> list:
         mutant(M_MERGE_LSE, replace(ok, merged_lse="max")),
         mutant(M_MERGE_GLOBAL_MAX, replace(ok, merge="global_max")),
         mutant(M_MERGE_FIRST, replace(ok, merge="first")),
+        mutant(M_MERGE_BY_LENGTH, replace(ok, merge="by_length"), paired=False),
         mutant(M_NO_SCALE, replace(ok, scale=False)),
     ]
 
@@ -319,10 +332,13 @@ TEXTS: dict[str, tuple[str, str]] = {
         "by block_size",
         "slot = block_table[pos // block_size] + pos % block_size：块号不是槽位号，要先乘以 block_size",
     ),
-    "mutant.block_table_ignored": (
-        "the sequence's tokens were read as if its blocks were adjacent in the pool: look each position's block up "
-        "in the block table, block_table[pos // block_size]",
-        "把序列的 token 当成在池中连续存放来读：每个位置的块要到块表里查，block_table[pos // block_size]",
+    "mutant.blocks_read_contiguously": (
+        "only the table's first block was looked up: the tokens after it were read from the blocks that follow it "
+        "in the pool (slot = block_tables[b, 0] * block_size + pos), but a sequence's blocks lie anywhere in the "
+        "pool; look each position's own block up, block_tables[b, pos // block_size]",
+        "只查了块表里的第一个块，之后的 token 是接着从池中紧随其后的块里读的（slot = block_tables[b, 0] * "
+        "block_size + pos）；但一条序列的块可以散落在池中任何位置，每个位置都要查它自己的块，"
+        "block_tables[b, pos // block_size]",
     ),
     "mutant.shared_block_written_without_copy": (
         "a block another sequence also lists was written in place, changing that sequence's tokens: copy the block "
@@ -374,6 +390,13 @@ TEXTS: dict[str, tuple[str, str]] = {
         "subtract the largest lse of the row, lses.amax(dim=0)",
         "merge_partials 用 exp(lse_i - lse_0) 给各块加权：比第一块大很多的块会溢出；要减去这一行最大的 lse，"
         "lses.amax(dim=0)",
+    ),
+    "mutant.merge_weighted_by_length": (
+        "the chunks' outputs were weighted by their lengths (numbers of keys): a chunk's share of the softmax is "
+        "the share of the sum of exp(scores) it holds, not its share of the keys; weight each out_i by "
+        "exp(lse_i - max lse) and divide by the sum of the weights",
+        "各块的输出按块的长度（键的个数）加权了：一个块在 softmax 里所占的份额是它在 exp(分数) 总和中所占的份额，"
+        "不是它在键里所占的份额；要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和",
     ),
     "mutant.merge_wrong_lse": (
         "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..heads import training_case
 from ..kit import (
     M_IGNORES_PAST,
     M_ROPE_EXPONENT,
@@ -158,6 +159,8 @@ def cases(g) -> list[Case]:
             qkv_bias=False,
             rope_base=10000.0,
         ),
+        # dropout made visible (heads.train_case): each head's values one-hot, so the weights are read back
+        training_case("cached", g, 4, 5, d_in=6, d_out=12, context_length=7, num_heads=2, rope_base=10000.0),
     ]
 
 

@@ -82,6 +82,7 @@ def describe_exception(exc: BaseException, learner_files=None, where: str = "for
         "line": line,
         "where": where,
         "not_implemented": _stub(exc),
+        "function": None if frame is None else frame.name,  # the learner's function it came from: which one is a stub
         "contract": isinstance(exc, ContractError),
         "said": message_said,
         "line_said": line_said,

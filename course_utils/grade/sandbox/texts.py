@@ -8,16 +8,20 @@ which holds the Chinese for these keys); the child never sees that catalogue. St
 
 from __future__ import annotations
 
-# the interview dialects the grader can map (dialects.py): quoted whenever a class cannot be mapped
+# what interview mode grades (dialects.py): quoted whenever a class cannot be mapped. Parameters are placed by role
+# and shape, constructor arguments filled by role: names only decide which placement and mapping are tried first
 ACCEPTED = (
     "any nn.Module class (one in the file: that one; several: the one check() names, else the one that "
-    "runs); the constructor filled in by name: d_in/d_out (the book's, in any order), d_model | embed_dim | "
-    "hidden_size | dim | n_embd | num_hiddens, num_heads | n_heads | n_head | nhead | heads | h or head_dim, "
-    "dropout, context_length | block_size | ctx_len, bias | qkv_bias, batch_first, or one config object; "
-    "projections named (in any case) W_query/W_key/W_value/out_proj, q_proj/k_proj/v_proj/o_proj, "
-    "W_q/W_k/W_v/W_o, wq/wk/wv/wo, w_q/w_k/w_v/w_out or query/key/value/out (nn.Linear, bias optional, or "
-    "bare matrices used as x @ W), linears[0..3], or one fused qkv / c_attn / in_proj (q, k, v in that "
-    "order); forward(x[, mask]) or forward(query, key, value[, mask]), returning out or (out, weights)"
+    "runs); its constructor filled in by role: an argument whose name says its role (d_in/d_out as in the book; a "
+    "width such as d_model, embed_dim or n_embd; heads such as num_heads, n_head or h, or a head width such as "
+    "head_dim; a context length such as context_length or block_size; dropout; bias; batch_first; or one config "
+    "object) gets it, any other argument is tried in the roles that make the module's shapes consistent; its "
+    "parameters placed by role and shape, whatever their names: four projections (nn.Linear, bias optional, or bare "
+    "matrices stored either way round), per-head pieces stacked into heads, per-head (heads, ...) tensors, or a "
+    "fused qkv or kv matrix split in any order and layout, at any depth of containers; the placement under which "
+    "the module computes multi-head attention with the grader's weights is the one graded, and the verdict says "
+    "which, with the constructor mapping; forward(x[, mask]) or forward(query, key, value[, mask]), returning out "
+    "or (out, weights)"
 )
 
 TEXTS = {
@@ -70,11 +74,12 @@ TEXTS = {
     # interview mode's dialects (dialects.py)
     "accepted": ACCEPTED,
     "no_parameters": "no parameters",
-    "dialect_constructor": "cannot map the constructor ({names}): the grader fills in the model width and the "
-    "number of heads by name and found neither; the smallest fix is a two-line adapter "
-    "beside your class: {adapter}; interview mode accepts: {accepted}",
-    "dialect_argument": "the constructor needs {name}, which the grader cannot fill in by name; the smallest fix is "
-    "a two-line adapter beside your class: {adapter}; interview mode accepts: {accepted}",
+    "dialect_constructor": "cannot map the constructor ({names}): no argument's name says the model width or the "
+    "number of heads, and no role the grader tried for them built a module it could grade; the smallest fix is a "
+    "two-line adapter beside your class: {adapter}; interview mode accepts: {accepted}",
+    "dialect_argument": "the constructor needs {name}, which the grader can fill in neither by its name nor in any "
+    "role it tried; the smallest fix is a two-line adapter beside your class: {adapter}; interview mode accepts: "
+    "{accepted}",
     "dialect_forward": "cannot call forward({names}): the grader passes x (or query, key, value) and a mask, and "
     "has nothing to give for {extra}; the smallest fix is a two-line adapter beside your class: "
     "{adapter}; interview mode accepts: {accepted}",
