@@ -139,10 +139,12 @@ def test_rope_reference_equals_course_utils():
 def test_online_softmax_reference_equals_course_utils():
     for case in get("online_softmax").make_cases():
         q, k, v, block_size, causal = case.calls[0].args
+        # course_utils in float64 against the grader's float32, on cases from a fresh secret seed: float32's tolerance
+        q, k, v = q.double(), k.double(), v.double()
         out, lse = cu.online_softmax_attention(q, k, v, block_size=block_size, causal=causal)
         expected = get("online_softmax").expected(case, get("online_softmax").correct)
-        torch.testing.assert_close(expected["step1.out"], out, rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(expected["step1.lse"], lse, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(expected["step1.out"].double(), out, rtol=1e-4, atol=2e-5)
+        torch.testing.assert_close(expected["step1.lse"].double(), lse, rtol=1e-4, atol=2e-5)
         assert expected.get("step1.tiled", torch.tensor(1.0)) == 1.0
 
 
