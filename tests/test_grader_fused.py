@@ -97,6 +97,11 @@ def test_in_the_sandbox(tmp_path):
             str(tmp_path / "g"),
             "--exercise",
             "mha_interview",
+            # importing FlexAttention alone takes seconds; on a busy machine more than the default 10 s per cell
+            "--cell-timeout",
+            "60",
+            "--timeout",
+            "120",
         ],
         cwd=ROOT,
         capture_output=True,
