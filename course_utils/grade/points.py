@@ -1,6 +1,6 @@
 """Each exercise's points, as its check cell is worth in nbgrader (declared once, in the exercise's registry module;
-tests/test_grader_strangers.py checks them against the solutions' nbgrader metadata), so that grades.csv counts
-what nbgrader counts."""
+tests/grade/test_limits_per_submission.py checks them against the solutions' nbgrader metadata), so that
+grades.csv counts what nbgrader counts."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ def attend(queries, keys, values, mask=None, dropout: nn.Module | None = None):
 
     For float16/bfloat16 inputs the scores, the softmax and the weighted sum of the values run in float32, and
     the results are rounded to the input dtype once, at the end: what SDPA's and FlashAttention's kernels do, and
-    about 10x closer to float64 than the same steps in half precision (tests/test_reference_sdpa.py), for twice
+    about 10x closer to float64 than the same steps in half precision (tests/reference/test_sdpa.py), for twice
     the memory of the (Sq, Sk) scores, which this unfused reference materialises. Upcasting only the softmax, as
     Hugging Face's eager attention does (``softmax(scores, dtype=torch.float32)``), is not enough: the scores have
     already been rounded to half precision, and on the CPU PyTorch's half-precision softmax already gives the same

@@ -2,7 +2,7 @@
 All from the menu, and the verdict read from the self-check cell's output as it is shown. Exercise 04: the stub, a
 typical mistake and a correct answer in another style; exercise 07 (interview mode): classes of other names and
 constructors; and Run All keeps the interview's running timer. In process, every exercise:
-tests/test_exercises_as_learner.py.
+tests/exercises/test_as_learner.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from jlab import (
 
 skip_unless_browser_tests()
 
-from tests.test_exercises_as_learner import INTERVIEW_STYLES, TRIES  # noqa: E402
+from tests.exercises.test_as_learner import INTERVIEW_STYLES, TRIES  # noqa: E402
 
 MHA = "exercises/04_multihead_attention.ipynb"
 INTERVIEW = "exercises/07_interview_mha.ipynb"

@@ -1,7 +1,7 @@
 """Every link of both READMEs, both notebook indexes and the glossary, clicked inside JupyterLab as a learner clicks
 it: it opens the file it names (no "is a directory" or "cannot open" dialog) and, for a #anchor, scrolls to that
 heading. Each distinct target is clicked once, from the first of those files that links it. The fast check of the
-same links, without a browser, is tests/test_links.py.
+same links, without a browser, is tests/course/test_links.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import pytest
 from jlab import ROOT, skip_unless_browser_tests
 
-from tests.test_links import FRONT_DOORS, links
+from tests.course.test_links import FRONT_DOORS, links
 
 skip_unless_browser_tests()
 

@@ -1,7 +1,7 @@
 """Classic long-context mistakes (notebook 12), each a drop-in replacement for one piece of
 ``course_utils.reference.sliding_window``: ``MUTANTS[name] = (diagnosis, attribute path, replacement)``.
 
-tests/test_reference_long_context_mutants.py patches each one in and checks that the reference tests fail; a grader
+tests/reference/test_long_context_mutants.py patches each one in and checks that the reference tests fail; a grader
 for exercise 12 can reuse the same mistakes (and their one-line diagnoses) as its mutants.
 """
 import torch

@@ -2,7 +2,7 @@
 each a drop-in replacement for one piece of course_utils.reference.paged_kv_cache / course_utils.reference.split_k.
 
 ``MUTANTS[name] = (diagnosis, target, replacement)``: ``target`` is ``"PagedKVCache.<method>"`` or the name of a
-module-level function; tests/test_serving_mutants.py patches each in and shows that tests/test_reference_serving.py
+module-level function; tests/reference/test_serving_mutants.py patches each in and shows that tests/reference/test_serving.py
 fails. An exercise grader can reuse the names and diagnoses for a learner's code that behaves like a mutant.
 """
 import torch

@@ -1,0 +1,109 @@
+"""Every exercise the registry finds keeps the contract of the grader's house: its texts complete in both languages
+(each mistake it can name, each case title), none of its texts unused, its notebooks where the READMEs and indexes
+say, its points those its notebook's check cell is worth. Nothing here lists the exercises: a new one is checked by
+being declared."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils.grade import diagnose, heads, kit
+from course_utils.grade.exercises import EXERCISES
+from course_utils.grade.messages import CATALOGUE, Msg, case_title
+
+ROOT = Path(__file__).resolve().parents[3]
+ON_CASES = [ex for ex in EXERCISES.values() if ex.kind != "model"]
+
+
+def named_mistakes(ex) -> list:
+    """Every mutant the verdict can name for ``ex`` (pairs included), or the capstone's function mutants."""
+    if ex.kind == "model":
+        return list(ex.model.MUTANTS)
+    return ex.mutants() + diagnose.mutant_pairs(ex.mutants(), ex.correct)
+
+
+def case_names(ex) -> list:
+    cases = ex.make_cases(0)
+    if ex.interview:
+        cases += ex.make_square_cases(0)
+    return [c.name for c in cases]
+
+
+def bilingual(key: str) -> bool:
+    en, zh = CATALOGUE[key]
+    return bool(en.strip()) and bool(zh.strip()) and en != zh
+
+
+@pytest.mark.parametrize("ex", EXERCISES.values(), ids=list(EXERCISES))
+def test_every_mistake_is_said_in_both_languages(ex):
+    for mutant in named_mistakes(ex):
+        message = mutant.message
+        assert isinstance(message, Msg), (ex.id, mutant.key)
+        parts = [message.args["first"], message.args["second"]] if message.key == "two_mistakes" else [message]
+        for part in parts:
+            assert part.key.startswith("mutant.") and bilingual(part.key), (ex.id, mutant.key)
+        assert message.render("zh") != str(message), (ex.id, mutant.key)
+
+
+@pytest.mark.parametrize("ex", EXERCISES.values(), ids=list(EXERCISES))
+def test_every_case_title_is_said_in_both_languages(ex):
+    for name in case_names(ex):
+        title = case_title(name)
+        assert isinstance(title, Msg) and bilingual(title.key), (ex.id, name)
+
+
+def test_no_text_of_an_exercise_goes_unused():
+    modules = [kit, heads]
+    declared = {key for m in modules for key in m.TEXTS}
+    for ex in EXERCISES.values():
+        module = __import__(f"course_utils.grade.exercises.{ex.id}", fromlist=["TEXTS"])
+        declared |= set(module.TEXTS)
+    used = set()
+    for ex in EXERCISES.values():
+        used |= {"case:" + name for name in case_names(ex)}
+        for mutant in named_mistakes(ex):
+            message = mutant.message
+            used |= (
+                {message.args["first"].key, message.args["second"].key}
+                if message.key == "two_mistakes"
+                else {message.key}
+            )
+    unused = {key for key in declared - used if key.startswith(("mutant.", "case:"))}
+    assert not unused, sorted(unused)
+
+
+def test_each_exercise_key_names_one_text_per_wording():
+    # one diagnosis key may have several wordings (softmax over the heads or the batch axis), but a wording belongs
+    # to one key: a text is never shared by two diagnoses
+    owner = {}
+    for ex in EXERCISES.values():
+        for mutant in named_mistakes(ex):
+            if "+" in mutant.key:
+                continue
+            assert owner.setdefault(mutant.message.key, mutant.key) == mutant.key, (ex.id, mutant.message.key)
+
+
+@pytest.mark.parametrize(
+    "readme,prefix",
+    [
+        ("README.md", ""),
+        ("README.zh-CN.md", "zh-CN/"),
+        ("notebooks/README.md", ""),
+        ("notebooks/zh-CN/README.md", "zh-CN/"),
+    ],
+)
+def test_the_readmes_list_every_exercise(readme, prefix):
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    for ex in EXERCISES.values():
+        for folder in ("exercises", "solutions"):
+            assert f"{folder}/{prefix}{ex.notebook}.ipynb)" in text, (readme, ex.id, folder)
+            assert (ROOT / folder / prefix / f"{ex.notebook}.ipynb").exists(), (ex.id, folder)
+
+
+def test_cases_are_drawn_from_the_seed():
+    # secret cases: two seeds give different inputs, one seed the same (the verdict is recomputed in the parent)
+    for ex in ON_CASES:
+        a, b, c = ex.make_cases(1), ex.make_cases(1), ex.make_cases(2)
+        assert all(torch.equal(x.x, y.x) for x, y in zip(a, b, strict=True)), ex.id
+        assert not all(torch.equal(x.x, y.x) for x, y in zip(a, c, strict=True)), ex.id
