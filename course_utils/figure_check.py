@@ -157,7 +157,7 @@ def check_when_drawn(chinese=lambda: False) -> None:
         check_figure(self.figure, chinese())
         return print_figure(self, *args, **kwargs)
 
-    FigureCanvasBase.print_figure = print_checked_figure
+    FigureCanvasBase.print_figure = print_checked_figure  # type: ignore[method-assign]  # patched on purpose
 
 
 # --- what the figure holds ---

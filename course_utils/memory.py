@@ -22,7 +22,7 @@ class TensorMemoryTracker(TorchFunctionMode):
     inside the block that were alive at once (views share their storage and count once), and ``mem.num_ops``:
     how many PyTorch functions and tensor methods were called (each a separate kernel, views aside)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._live: dict[int, list] = {}  # storage address -> [bytes, number of live tensors on it]
         self.current_bytes = 0

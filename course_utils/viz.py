@@ -93,7 +93,7 @@ def _use_cjk_font() -> None:
     # Latin text keeps the default font; a glyph it lacks falls back to the CJK family (matplotlib >= 3.6)
     latin = font_manager.FontProperties(family=plt.rcParams["font.family"]).get_family()[0]
     if latin in ("sans-serif", "serif", "monospace", "cursive", "fantasy"):
-        latin = plt.rcParams[f"font.{latin}"][0]
+        latin = plt.rcParams[f"font.{latin}"][0]  # type: ignore[index]  # the stubs take literal keys only
     plt.rcParams["font.family"] = [latin, cjk_font()]
 
 
@@ -110,7 +110,7 @@ def _translating_set_text(set_text):
 if speaks_chinese():
     _use_cjk_font()
     if not hasattr(Text.set_text, "__wrapped__"):
-        Text.set_text = _translating_set_text(Text.set_text)
+        Text.set_text = _translating_set_text(Text.set_text)  # type: ignore[method-assign]  # patched on purpose
 elif "ipykernel" in sys.modules and os.environ.get("JPY_SESSION_NAME"):
     # a notebook open in JupyterLab (its server names the kernel's session): the learner sees it in the first output.
     # Not in kernels that nbval, nbconvert or the grader start, so no committed output depends on the machine's fonts

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict, dataclass, fields
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -165,19 +166,24 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     @property
+    def layers(self) -> list[Block]:
+        """The blocks, typed: ``nn.ModuleList`` hands out plain ``nn.Module``s."""
+        return cast("list[Block]", list(self.blocks))
+
+    @property
     def use_sdpa(self) -> bool:
-        return all(block.attn.use_sdpa for block in self.blocks)
+        return all(block.attn.use_sdpa for block in self.layers)
 
     @use_sdpa.setter
     def use_sdpa(self, value: bool) -> None:
         """Switch every layer between the reference attention (weights visible) and the fused SDPA kernel."""
         self.config.use_sdpa = bool(value)
-        for block in self.blocks:
+        for block in self.layers:
             block.attn.use_sdpa = bool(value)
 
     def make_caches(self, batch_size: int, preallocate: bool = False, max_len: int | None = None) -> list[KVCache]:
         """One KV cache per layer (growing, or preallocated for ``max_len`` tokens)."""
-        return [block.attn.make_cache(batch_size, preallocate, max_len) for block in self.blocks]
+        return [block.attn.make_cache(batch_size, preallocate, max_len) for block in self.layers]
 
     def _check_idx(self, idx, start):
         if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
@@ -304,7 +310,7 @@ def pool_kv_heads(model: GPT, n_kv_groups: int) -> GPT:
     pooled = GPT(config).to(device=w.device, dtype=w.dtype)
     own = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
     pooled.load_state_dict(own, strict=False)
-    for src, dst in zip(model.blocks, pooled.blocks, strict=True):
+    for src, dst in zip(model.layers, pooled.layers, strict=True):
         dst.attn = mha_to_gqa(src.attn, n_kv_groups)
     return pooled.train(model.training)
 
@@ -315,7 +321,7 @@ def head_outputs(model: GPT, idx) -> list[torch.Tensor]:
     What ``ablate_heads`` replaces; their mean over a batch is the value of a mean ablation."""
     n_heads = model.config.n_heads
     captured, handles = [], []
-    for block in model.blocks:
+    for block in model.layers:
         handles.append(
             block.attn.out_proj.register_forward_pre_hook(
                 lambda module, args: captured.append(args[0].unflatten(-1, (n_heads, -1)))
@@ -360,7 +366,7 @@ def ablate_heads(model: GPT, heads, replace_with=None):
                 merged[..., h * head_dim : (h + 1) * head_dim] = replace_with.get((layer, h), 0.0)
             return (merged,)
 
-        handles.append(model.blocks[layer].attn.out_proj.register_forward_pre_hook(replace_heads))
+        handles.append(model.layers[layer].attn.out_proj.register_forward_pre_hook(replace_heads))
     try:
         yield model
     finally:

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -127,7 +128,9 @@ def head_scores(model: GPT, batch: InductionBatch) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------------------------------------- training
 
-MODEL = dict(vocab_size=VOCAB_SIZE, context_length=SEQ_LEN, emb_dim=64, n_heads=4, n_layers=2, mlp_hidden=0)
+MODEL: dict[str, Any] = dict(  # GPTConfig's keywords
+    vocab_size=VOCAB_SIZE, context_length=SEQ_LEN, emb_dim=64, n_heads=4, n_layers=2, mlp_hidden=0
+)
 
 
 @dataclass
@@ -177,13 +180,12 @@ def head_norms(model: GPT) -> torch.Tensor:
         raise ValueError("head_norms needs an MHA model: GQA heads share their K/V weights")
     hd = c.emb_dim // c.n_heads
     norms = []
-    for block in model.blocks:
+    for block in model.layers:
         a = block.attn
         sq = sum(
             w.view(c.n_heads, hd, -1).pow(2).sum(dim=(1, 2))
             for w in (a.W_query.weight, a.W_key.weight, a.W_value.weight)
-        )
-        sq = sq + a.out_proj.weight.view(c.emb_dim, c.n_heads, hd).pow(2).sum(dim=(0, 2))
+        ) + a.out_proj.weight.view(c.emb_dim, c.n_heads, hd).pow(2).sum(dim=(0, 2))
         norms.append(sq.sqrt())
     return torch.stack(norms)
 
@@ -217,7 +219,7 @@ def train(model: GPT, cfg: TrainConfig, progress=None) -> dict:
         lr=cfg.lr,
         betas=(0.9, 0.98),
     )
-    history = {"step": [], "loss": [], "accuracy": []}
+    history: dict[str, list[float]] = {"step": [], "loss": [], "accuracy": []}
     for step in range(cfg.steps + 1):
         if step % cfg.eval_every == 0 or step == cfg.steps:
             model.eval()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -188,11 +189,18 @@ def find_submissions(folder: Path) -> tuple[list, list]:
 
 
 def grade_folder(
-    submissions, out="grades", workers=None, exercises=None, trusted=False, lang=None, progress=None, **limits
-):
+    submissions: str | os.PathLike[str],
+    out: str | os.PathLike[str] = "grades",
+    workers: int | None = None,
+    exercises: list[str] | None = None,
+    trusted: bool = False,
+    lang: str | None = None,
+    progress: Callable[[int, int, str, SubmissionReport], object] | None = None,
+    **limits,
+) -> tuple[list[tuple[str, SubmissionReport]], list[tuple[str, Msg]], list[str]]:
     """Grade every submission in ``submissions``; returns ([(file name, report)], skipped, grader_failed)
     and writes grades.csv, feedback/ and skipped.txt into ``out``, in ``lang`` (default: the current language).
-    ``progress(done, count, name, report, seconds)`` is called as each submission finishes."""
+    ``progress(done, count, name, report)`` is called as each submission finishes (``report.seconds`` it took)."""
     lang = resolve(lang)
     submissions, out = Path(submissions).resolve(), Path(out).resolve()
     if not submissions.is_dir():

@@ -170,18 +170,18 @@ def reference_forward(form, p, x, cfg, v: Variant = Variant(), past=None, use_ca
     return (out, present) if form == "cached" else out
 
 
-def _with_grad(form, case: Case, v: Variant, call: Call, tag: str) -> dict:
-    """Outputs of one call with gradients of the input and of every parameter, as the learner's backward
-    of (out * call.grad).sum() computes them."""
+def _with_grad(form, case: Case, v: Variant, x: torch.Tensor, grad: torch.Tensor, tag: str) -> dict:
+    """Outputs of one call on ``x`` with gradients of the input and of every parameter, as the learner's backward
+    of (out * grad).sum() computes them."""
     if v.grad == "no_grad":
         raise NoGradient("the output carries no gradient")
     params = {k: t.detach().clone().requires_grad_(True) for k, t in case.params.items()}
-    x = call.x.detach().clone().requires_grad_(True)
+    x = x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         out = reference_forward(form, params, x, case.ctor, v)
-        if out.shape != call.grad.shape:  # the wrong shape is what gets reported, as for the learner
+        if out.shape != grad.shape:  # the wrong shape is what gets reported, as for the learner
             return {f"{tag}.out": out.detach()}
-        (out * call.grad).sum().backward()
+        (out * grad).sum().backward()
     absent = case.meta.get("absent", ())  # biases the learner's class does not have: no gradient to compare
     grads = {f"{tag}.grad.x": x.grad}
     grads.update(
@@ -198,14 +198,16 @@ def expected_outputs(form, case: Case, v: Variant = Variant()):
     """Run the variant the way the learner's module is run: {name: tensor or None}; raises where the variant
     crashes (``case.meta['step']`` says at which call). Training-mode calls are checked separately
     (``dropout_problem``) and have no expected value."""
-    outs, presents, state = {}, {}, None
+    outs: dict[str, torch.Tensor | None] = {}
+    presents: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}  # call index -> its (keys, values)
+    state = None
     for i, call in enumerate(case.calls):
         tag = f"step{i + 1}"
         case.meta["step"] = i + 1
         if call.train:
             continue
         if call.grad is not None:
-            outs.update(_with_grad(form, case, v, call, tag))
+            outs.update(_with_grad(form, case, v, call.x, call.grad, tag))
             continue
         with torch.no_grad():
             if call.use_cache is None:

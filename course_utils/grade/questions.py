@@ -102,7 +102,7 @@ LLAMA2_7B = Msg("q.llama2_7b")  # Llama-2-7B (32 layers, 32 heads, 32 KV heads, 
 @dataclass(frozen=True)
 class Question:
     text: str  # the question (a text of messages.py)
-    answer: object  # a number, or the canonical phrase of a choice
+    answer: float | str  # a number, or the canonical phrase of a choice
     wrong: dict = field(default_factory=dict)  # a known wrong answer -> what it means
     accept: tuple = ()  # other spellings of a choice
 

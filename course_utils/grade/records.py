@@ -24,7 +24,7 @@ def with_texts(clean: dict, raw: dict) -> dict:
 class CallRecorder:
     """Records calls into course_utils' reference code while active (in-process grading only)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.calls: set[str] = set()
 
     def _profile(self, frame, event, arg):

@@ -143,13 +143,20 @@ _SKIPPED_RUN = re.compile(rb'(?:[^"{}\[\]]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.S)
 _DROPPED = {b"outputs": b"[]", b"attachments": b"{}"}  # a cell's keys whose values are not code
 
 
+def _run_end(run: re.Pattern[bytes], chunk: bytes, pos: int) -> int:
+    """Where ``run`` (_STRING_BODY or _SKIPPED_RUN) stops from ``pos``: it matches zero bytes too, so always."""
+    m = run.match(chunk, pos)
+    assert m is not None
+    return m.end()
+
+
 def _without_outputs(fh) -> bytes:
     """The notebook in ``fh`` with every cell's outputs and attachments emptied, read in chunks: what is dropped
     is never held, so a notebook of 50 MB of plots costs the parent a chunk, not 50 MB (nor json.loads' objects).
     Reads at most MAX_NOTEBOOK_BYTES; stops once what is kept exceeds MAX_FILE_BYTES (the caller refuses it).
     What is not JSON is left for json.loads to name."""
     kept, size, total = [], 0, 0
-    stack = []  # b"{" or b"[" of each open container that is kept
+    stack: list[bytes] = []  # b"{" or b"[" of each open container that is kept
     in_string = escape = at_key = expecting_key = False
     key = last_key = b""  # the key being read, the last key read (its first bytes)
     skip = 0  # depth inside a dropped value (0: keeping)
@@ -166,7 +173,7 @@ def _without_outputs(fh) -> bytes:
                 if escape:
                     pos, escape = pos + 1, False
                     continue
-                end = _STRING_BODY.match(chunk, pos).end()
+                end = _run_end(_STRING_BODY, chunk, pos)
                 if at_key:
                     key = (key + chunk[pos : min(end, pos + 16)])[:16]
                 if end == len(chunk):
@@ -179,7 +186,7 @@ def _without_outputs(fh) -> bytes:
                         last_key, at_key = key, False
                 continue
             if skip:  # inside a dropped value: only brackets count, strings and the rest are jumped in one match
-                pos = _SKIPPED_RUN.match(chunk, pos).end()
+                pos = _run_end(_SKIPPED_RUN, chunk, pos)
                 if pos == len(chunk):
                     break
                 c, pos = chunk[pos : pos + 1], pos + 1
@@ -197,6 +204,7 @@ def _without_outputs(fh) -> bytes:
                 in_string, key, at_key = True, b"", expecting_key
             elif c in (b"{", b"["):
                 if stack == [b"{", b"[", b"{"] and not expecting_key and last_key in _DROPPED:
+                    assert start is not None  # keeping (skip == 0): this chunk's kept part has begun
                     kept.append(chunk[start : m.start()] + _DROPPED[last_key])  # a cell's outputs: dropped
                     size += m.start() - start + 2
                     skip, start = 1, None
@@ -361,7 +369,7 @@ def detected_interview(cells: list[dict]) -> list:
     return [ex for ex in find_exercises(cells) if EXERCISES[ex].interview and ex not in named]
 
 
-def course_imports(source: str) -> list[str]:
+def course_imports(source: str) -> list[Msg]:
     """Reference implementations of course_utils that ``source`` imports or uses ('name (line N)')."""
     tree = _parse(strip_magics(source))
     if tree is None:
@@ -376,7 +384,7 @@ def course_imports(source: str) -> list[str]:
                         found.append(_at(a.name, node))
                     elif len(parts) == 1:
                         aliases.add(a.asname or "course_utils")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "course_utils":
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "course_utils":
             parts = node.module.split(".")
             if len(parts) > 1:
                 if parts[1] not in ALLOWED_COURSE_NAMES:

@@ -18,7 +18,7 @@ def fill_zh(template: str, values: dict) -> str:
             value = values[field]
             if conversion:
                 value = _FORMATTER.convert_field(value, conversion)
-            out = _meet(out, format(value, spec) if spec or not isinstance(value, str) else value)
+            out = _meet(out, format(value, spec or "") if spec or not isinstance(value, str) else value)
     return out
 
 

@@ -20,7 +20,10 @@ import torch
 class KVCache:
     """What every cache offers: ``update`` appends new keys/values and returns all of them so far."""
 
-    seq_len: int = 0
+    @property
+    def seq_len(self) -> int:
+        """Tokens held now."""
+        raise NotImplementedError
 
     def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -58,7 +61,7 @@ class GrowingKVCache(KVCache):
     Simple, but each step copies the whole cache: O(T) work per token and O(T^2) over a generation.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.keys: torch.Tensor | None = None  # (B, n_kv, T, hd)
         self.values: torch.Tensor | None = None
 
@@ -88,6 +91,8 @@ class PreallocatedKVCache(KVCache):
 
     No copies of the past per step; writing past ``max_len`` raises a ValueError.
     """
+
+    seq_len: int = 0  # here a plain attribute that ``update`` moves, not the base class's read-only property
 
     def __init__(self, batch_size, num_kv_heads, max_len, head_dim, dtype=torch.float32, device=None):
         shape = (batch_size, num_kv_heads, max_len, head_dim)
@@ -140,7 +145,7 @@ class LatentKVCache(KVCache):
 class GrowingLatentKVCache(LatentKVCache):
     """A latent cache that grows with ``torch.cat`` at every step."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.c_kv: torch.Tensor | None = None  # (B, T, dc)
         self.k_rope: torch.Tensor | None = None  # (B, T, r)
 
@@ -167,6 +172,8 @@ class GrowingLatentKVCache(LatentKVCache):
 
 class PreallocatedLatentKVCache(LatentKVCache):
     """A latent cache allocated once for ``max_len`` tokens, written in place; writing past ``max_len`` raises."""
+
+    seq_len: int = 0  # here a plain attribute that ``update`` moves, not the base class's read-only property
 
     def __init__(self, batch_size, max_len, kv_latent_dim, rope_dim, dtype=torch.float32, device=None):
         self.c_kv = torch.zeros(batch_size, max_len, kv_latent_dim, dtype=dtype, device=device)

@@ -51,6 +51,8 @@ class MultiHeadLatentAttention(nn.Module):
       absorb: attend in latent space with the up-projections folded into the query and output projections
     """
 
+    mask: torch.Tensor  # (context_length, context_length), 1 above the diagonal: a buffer
+
     def __init__(
         self,
         d_in,

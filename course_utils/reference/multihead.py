@@ -44,6 +44,8 @@ class GroupedQueryAttention(nn.Module):
     enter the cache: cached keys are already rotated, and new tokens take positions past_len, past_len + 1, ...
     """
 
+    mask: torch.Tensor  # (context_length, context_length), 1 above the diagonal: a buffer, when causal
+
     def __init__(
         self,
         d_in,

@@ -48,7 +48,7 @@ class PagedKVCache:
     cache would hold them; ``paged_attention`` decodes a batch of sequences straight from the pool.
     """
 
-    def __init__(self, num_blocks, block_size, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+    def __init__(self, num_blocks, block_size, num_kv_heads, head_dim, dtype=torch.float32, device=None) -> None:
         for name, value in (
             ("num_blocks", num_blocks),
             ("block_size", block_size),

@@ -165,6 +165,7 @@ def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, lay
                 q_chunks[rank], k_chunks[src], v_chunks[src], positions[rank], positions[src], causal, scale
             )
             out, lse = merge_step(out, lse, out_i, lse_i)
+        assert out is not None and lse is not None  # step 0, the rank's own chunk, is never hidden
         outs.append(out)
         lses.append(lse)
     return gather_sequence(outs, layout), gather_sequence([x[..., None] for x in lses], layout)[..., 0]
@@ -481,7 +482,7 @@ def run_local(
     )
     args = (world_size, os.path.join(store_dir, "store"), run, results)
     procs = mp.start_processes(_local_worker, args=args, nprocs=world_size, join=False, start_method=start_method)
-    got = {}
+    got: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[float]]] = {}  # rank -> out, lse, sent, seconds
     try:
         deadline = time.monotonic() + 2 * timeout_s + repeats * timeout_s
         while len(got) < world_size:  # read while they run: a child blocks on a full pipe until we do

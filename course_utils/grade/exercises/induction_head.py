@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -249,7 +251,7 @@ def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
 @dataclass(frozen=True)
 class FunctionMutant:
     key: str  # its text: TEXTS' mutant.<key>
-    matches: object  # (ModelCase, (layer, head) or None) -> bool: the answer this mistake gives on the case
+    matches: Callable[[ModelCase, tuple | None], bool]  # (layer, head) or None: the answer this mistake gives
 
     @property
     def message(self) -> Msg:
@@ -306,7 +308,7 @@ def run_function(exercise: str, fn, learner_files: set | None = None, seed: int 
     """Call ``fn`` on every case's model (a fresh copy each time); plain records, never raises for learner bugs."""
     records = []
     for case in make_cases(exercise, seed):
-        record = {"case": case.name, "error": None, "answer": None, "calls": []}
+        record: dict[str, Any] = {"case": case.name, "error": None, "answer": None, "calls": []}
         recorder = _ReferenceCalls()
         try:
             torch.manual_seed(0)

@@ -311,13 +311,13 @@ def mutants() -> list:
             mutant(M_TOP_LEFT_CHUNK, replace(ok, mask="top_left")),
         ]
         + [  # the absorbed weights split into heads the wrong way, in W_uk, W_uv or both
-            mutant(key, replace(ok, **{w: how for w in which}), paired=False)
+            mutant(key, replace(ok, absorb_uk=uk, absorb_uv=uv), paired=False)
             for key, how in (
                 (M_MLA_PER_HEAD_IN_OUT, "per_head_in_out"),
                 (M_MLA_HEADS_MINOR, "heads_minor"),
                 (M_MLA_T_RESHAPE, "t_reshape"),
             )
-            for which in (("absorb_uk",), ("absorb_uv",), ("absorb_uk", "absorb_uv"))
+            for uk, uv in ((how, ok.absorb_uv), (ok.absorb_uk, how), (how, how))
         ]
         + [
             mutant(M_MLA_ROPE_ABSORBED, replace(ok, rope_on="absorbed_latents"), paired=False),

@@ -66,10 +66,12 @@ def rope_forward(p, x, cfg, v: RopeVariant, past=None, use_cache=False):
     past_len = 0 if past is None else past[0].shape[2]
     start = 0 if v.positions == "restart" else past_len
     positions = torch.arange(start, start + n)
-    kw = dict(
-        layout=v.layout, freq_dim=d_out if v.freq_dim == "d_out" else None, direction=v.direction, exponent=v.exponent
-    )
-    rot = (lambda t, pos: rope(t, pos, base, **kw)) if v.rope else (lambda t, pos: t)
+    freq_dim = d_out if v.freq_dim == "d_out" else None
+
+    def rotated(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return rope(t, pos, base, layout=v.layout, freq_dim=freq_dim, direction=v.direction, exponent=v.exponent)
+
+    rot = rotated if v.rope else (lambda t, pos: t)
     q = rot(q, positions)
     if v.rotate_v:
         val = rot(val, positions)

@@ -1,7 +1,7 @@
 """check() while grading: it records which class the submission asks to grade; the verdict comes later,
 from the grader outside this process."""
 
-REQUESTS = []
+REQUESTS: list[tuple[str, object]] = []  # (exercise, the class or a copy of the namespace)
 
 
 def check(exercise, cls=None, *args, **kwargs):
@@ -10,7 +10,7 @@ def check(exercise, cls=None, *args, **kwargs):
     return None
 
 
-ANSWERS = []
+ANSWERS: list[tuple[str, object]] = []  # (question, value)
 
 
 def answer(question, value=None, *args, **kwargs):
