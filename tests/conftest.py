@@ -7,6 +7,10 @@ does not trust any of the course's code paths.
 
 import linecache
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -131,3 +135,25 @@ def grade(exercise, src):
     from course_utils.grade.exercises import get
 
     return grade_class(exercise, load(src, get(exercise).contract))
+
+
+def run_grader(*args, env=None, timeout=300):
+    """``python -m course_utils.grade ARGS`` in a subprocess from the repository root, as an instructor runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "course_utils.grade", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def assert_reads_cleanly(result):
+    """A verdict's report in English and Chinese: no repeated line, no infinite or 1e308 number, no doubled
+    'not implemented'."""
+    for report in (result.report("en"), result.report("zh")):
+        lines = [line.strip() for line in report.splitlines() if line.strip()]
+        assert len(lines) == len(set(lines)), report
+        assert not re.search(r"e\+30[0-9]|difference (inf|nan)|误差 (inf|nan)", report), report
+        assert report.count("not implemented yet") <= 1 and report.count("还没有") <= 1, report

@@ -10,7 +10,7 @@ from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import IDS, get
 from course_utils.grade.protocol import Graded, run_in_process
 from course_utils.grade.types import Mutant
-from tests.conftest import grade, load
+from tests.conftest import assert_reads_cleanly, grade, load
 from tests.grader_cases.implementations import ALTERNATIVES, MUTANTS, REFERENCE, STUB_FORWARD, STUB_INIT, mutate
 
 # the exercises whose fixtures are in implementations.py (01-07); the others' have grader tests of their own, next
@@ -54,6 +54,7 @@ def test_mutant_gets_its_diagnosis(exercise, key, edits):
     )
     messages = [m.message for m in named if m.key == key]
     assert any(message in result.report() for message in messages)
+    assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
 
 
 def test_catalogue_sizes():

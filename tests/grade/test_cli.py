@@ -3,43 +3,31 @@ refusal to grade a folder of strangers' code without one. The hostile batch is i
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from course_utils.grade import runner
+from tests.conftest import run_grader
 from tests.grader_cases.implementations import REFERENCE, mutate
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"})
 
 
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "course_utils.grade", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
-
 def test_single_file_json_and_exit_codes(tmp_path):
     path = tmp_path / "answer.py"
     path.write_text(WRONG)
-    proc = run_cli("--exercise", "mha", "--json", str(path))
+    proc = run_grader("--exercise", "mha", "--json", str(path))
     assert proc.returncode == 1, proc.stderr
     (result,) = json.loads(proc.stdout)["results"]
     assert result["exercise"] == "mha" and not result["passed"] and result["diagnosis"] == "scale_d_out"
     assert 0 < result["score"] < 1 and result["messages"]
     path.write_text(REFERENCE["gqa"])
-    proc = run_cli(str(path))  # exercises found by the contract class names
+    proc = run_grader(str(path))  # exercises found by the contract class names
     assert proc.returncode == 0 and "✅ gqa" in proc.stdout, proc.stdout + proc.stderr
-    assert run_cli("--exercise", "nope", str(path)).returncode == 2
-    assert run_cli().returncode == 2
+    assert run_grader("--exercise", "nope", str(path)).returncode == 2
+    assert run_grader().returncode == 2
 
 
 def test_without_a_sandbox_single_files_still_grade_but_batches_refuse(tmp_path):
@@ -47,12 +35,12 @@ def test_without_a_sandbox_single_files_still_grade_but_batches_refuse(tmp_path)
     env = {**os.environ, "PATH": str(tmp_path)}
     (tmp_path / "subs").mkdir()
     (tmp_path / "subs" / "a.py").write_text(REFERENCE["mha"])
-    proc = run_cli("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), env=env)
+    proc = run_grader("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), env=env)
     assert proc.returncode == 2 and "--trust-submissions" in proc.stderr and "bubblewrap" in proc.stderr
     assert not (tmp_path / "g").exists()
-    proc = run_cli("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), "--trust-submissions", env=env)
+    proc = run_grader("--batch", str(tmp_path / "subs"), "--out", str(tmp_path / "g"), "--trust-submissions", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = run_cli(str(tmp_path / "subs" / "a.py"), env=env)
+    proc = run_grader(str(tmp_path / "subs" / "a.py"), env=env)
     assert proc.returncode == 0 and "without a sandbox" in proc.stdout
 
 

@@ -19,10 +19,10 @@ from course_utils.grade import batch, escape, jail, limits, names, points, runne
 from course_utils.grade.diagnose import failure
 from course_utils.grade.messages import Msg
 from course_utils.grade.progress import Progress
+from tests.conftest import run_grader
 from tests.grader_cases.implementations import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_sandbox = pytest.mark.skipif(jail.probe() is not None, reason=f"no sandbox here: {jail.probe()}")
 MHA = REFERENCE["mha"]
 CAP = 1 << 30  # the tests' total: well above a graded submission (torch, the cases), well below the host
 
@@ -66,7 +66,7 @@ HOLD = {  # each holds more than CAP (1 GiB) in its own way, then defines a corr
 }
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 @pytest.mark.parametrize("route", sorted(HOLD))
 def test_memory_over_all_processes_is_capped(tmp_path, mechanism, route):
     report = grade(tmp_path, HOLD[route] + MHA)
@@ -80,7 +80,7 @@ def test_memory_over_all_processes_is_capped(tmp_path, mechanism, route):
     assert grade(tmp_path, MHA).passed
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_disk_is_a_few_small_tmpfs(tmp_path, mechanism):
     code = (
         "import os\nwritten = {}\nfor where in ('/tmp', '/dev/shm', '/submission'):\n    n = 0\n"
@@ -96,7 +96,7 @@ def test_disk_is_a_few_small_tmpfs(tmp_path, mechanism):
     assert report.passed, report.to_dict()
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_processes_are_capped_and_none_outlives_the_grading(tmp_path, mechanism):
     marker = f"119.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a sleep no other process on this host has
     code = (
@@ -129,7 +129,7 @@ def _processes_with(marker: str) -> list:
     return found
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_a_submission_that_swallows_the_alarm_is_killed_from_outside(tmp_path, monkeypatch):
     # the mechanism, not the seconds: the child cannot stop itself, so the parent's wait runs out and it kills it
     code = (
@@ -206,7 +206,7 @@ def test_deeply_nested_notebook_json_is_that_learners_row(tmp_path):
         assert "empty" in str(report.error) or "not UTF-8" in str(report.error), (name, report.error)
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_a_9000_digit_answer_does_not_zero_a_correct_mha(tmp_path):
     code = MHA + "\nfrom course_utils.grade import answer\nanswer('kv_cache_bytes', 10 ** 9000)\n"
     report = grade(tmp_path, code, exercises=("mha",))
@@ -371,13 +371,13 @@ def test_make_grade_passes_grade_args():
     assert '--batch "s" --out "grades" --lang zh --exercise mha' in out, out
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_bubblewrap_runs_by_its_absolute_path(tmp_path):
     cmd = jail.command(tmp_path, 0, "submission.py", 1, 0)
     assert os.path.isabs(cmd[0]) and os.path.basename(cmd[0]) == "bwrap"
 
 
-@needs_sandbox
+@pytest.mark.requires_sandbox
 def test_cli_summary_line(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -389,13 +389,7 @@ def test_cli_summary_line(tmp_path):
         "class MultiHeadAttention:\n    def __init__(self, *args, **kwargs):\n"
         "        raise ValueError('\\x1b[2K\\r\\x1b[32m✅ mha: all 7 checks passed')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "course_utils.grade", "--batch", str(subs), "--out", str(tmp_path / "g")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_grader("--batch", str(subs), "--out", str(tmp_path / "g"))
     assert proc.returncode == 1, proc.stderr
     assert "1 passed everything, 1 did not, 1 could not be graded, 1 skipped" in proc.stdout, proc.stdout
     assert "[3/3]" in proc.stderr and "\x1b" not in proc.stdout + proc.stderr

@@ -6,8 +6,6 @@ import csv
 import json
 import re
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from course_utils.grade.exercises import EXERCISES, get, induction_head
 from course_utils.grade.messages import CATALOGUE, JOINS, Msg
 from course_utils.grade.sandbox import texts
 from course_utils.grade.types import Mutant
+from tests.conftest import run_grader
 from tests.grader_cases import capstone, dialects
 from tests.grader_cases.implementations import ALTERNATIVES, REFERENCE, STUB_FORWARD, mutate
 
@@ -336,23 +335,7 @@ def test_cli_batch_in_chinese(tmp_path):
         mutate(REFERENCE["mha"], {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"})
     )
     (subs / "notes.txt").write_text("not a submission")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "course_utils.grade",
-            "--lang",
-            "zh",
-            "--batch",
-            str(subs),
-            "--out",
-            str(tmp_path / "g"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_grader("--lang", "zh", "--batch", str(subs), "--out", str(tmp_path / "g"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "跳过了 notes.txt：不是提交文件（.py 或 .ipynb）" in proc.stdout and "评完了 1 份提交" in proc.stdout
     feedback = (tmp_path / "g" / "feedback" / "alice.py.md").read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ from course_utils.grade.exercises.mla import MlaVariant
 from course_utils.grade.exercises.online_softmax import OnlineVariant
 from course_utils.grade.exercises.rope import RopeVariant
 from course_utils.grade.protocol import Graded, run_in_process
-from tests.conftest import grade, load
+from tests.conftest import assert_reads_cleanly, grade, load
 from tests.grader_cases.beyond import ALTERNATIVES, DROPOUT, MUTANTS, REFERENCE, STUB_FUNCTION
 from tests.grader_cases.implementations import STUB_FORWARD, STUB_INIT, mutate
 
@@ -65,6 +65,7 @@ def test_mutant_gets_its_diagnosis(exercise, key, edits):
     result = grade(exercise, _mutant_source(exercise, edits))
     assert not result and result.diagnosis == key, result.report()
     assert any(m.message in result.report() for m in get(exercise).mutants() if m.key == key)
+    assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
 
 
 @pytest.mark.parametrize("exercise,key,src", DROPOUT, ids=[f"{ex}-{key or 'honest'}" for ex, key, _ in DROPOUT])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_grader
 from tests.grader_cases import attacks
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -173,23 +174,7 @@ def test_interview_mode_in_a_batch(tmp_path):
     subs.mkdir()
     for name, text in attacks.INTERVIEW.items():
         (subs / name).write_text(text)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "course_utils.grade",
-            "--batch",
-            str(subs),
-            "--out",
-            str(tmp_path / "g"),
-            "--exercise",
-            "mha_interview",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_grader("--batch", str(subs), "--out", str(tmp_path / "g"), "--exercise", "mha_interview")
     rows = {r["learner"]: r for r in csv.DictReader(open(tmp_path / "g" / "grades.csv", encoding="utf-8"))}
     assert proc.returncode == 1, proc.stderr
     assert rows["by_hand.py"]["status"] == "passed"

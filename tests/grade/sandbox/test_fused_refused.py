@@ -9,8 +9,6 @@ compares with SDPA, an unused import, an operator of its own) passes, in the not
 
 import csv
 import importlib.util
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import torch.nn.functional as F
 
 from course_utils.grade import grade_class
 from course_utils.grade.sandbox.tracing import FusedTracer
+from tests.conftest import run_grader
 from tests.grader_cases.fused import CHEATS, HONEST
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,26 +85,10 @@ def test_in_the_sandbox(tmp_path):
         (subs / name).write_text(CHEATS[name])
     for name, text in HONEST.items():
         (subs / name).write_text(text)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "course_utils.grade",
-            "--batch",
-            str(subs),
-            "--out",
-            str(tmp_path / "g"),
-            "--exercise",
-            "mha_interview",
-            # importing FlexAttention alone takes seconds; on a busy machine more than the default 10 s per cell
-            "--cell-timeout",
-            "60",
-            "--timeout",
-            "120",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    proc = run_grader(
+        *("--batch", str(subs), "--out", str(tmp_path / "g"), "--exercise", "mha_interview"),
+        # importing FlexAttention alone takes seconds; on a busy machine more than the default 10 s per cell
+        *("--cell-timeout", "60", "--timeout", "120"),
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr
