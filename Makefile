@@ -41,7 +41,7 @@ help:
 	@echo "                  WITH_TRITON=0 leaves out triton (about 700 MB; notebook 14 and exercise 14 need it)"
 	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
 	@echo "make test-sandbox the grader's tests that run submissions in its bubblewrap sandbox (batches, attacks)"
-	@echo "make lint         ruff (checks, format) and mypy on the Python packages and tests (pyproject.toml)"
+	@echo "make lint         ruff (checks, format) on the Python packages and tests, mypy on course_utils (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"

@@ -44,8 +44,9 @@ def cached_outputs(expected, case: Case, v):
         try:
             memo[v] = expected(case, v)
         except Exception as exc:  # noqa: BLE001 - the mistake makes the reference crash too
-            exc.step = case.meta["step"]
-            exc.where = getattr(exc, "where", "forward")
+            # where it crashed, as a learner's error record says it: attributes of the exception itself (any
+            # exception, an IndexError as well as the exercise's own, so none the type checker knows of)
+            vars(exc).update(step=case.meta["step"], where=getattr(exc, "where", "forward"))
             memo[v] = exc
     return memo[v]
 
@@ -303,7 +304,7 @@ def _details(reasons, num_cases) -> list:
         label = why.args["label"]
         return label.args["what"] if isinstance(label, Msg) and label.key == "label.step" else label
 
-    groups = {}
+    groups: dict[object, list] = {}  # ("differs", what) or the reason's text -> its (case name, reason)
     for name, why in reasons:
         differs = isinstance(why, Msg) and why.key == "compare.differs"
         groups.setdefault(("differs", str(what(why))) if differs else str(why), []).append((name, why))
@@ -385,6 +386,7 @@ def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list
     ex = get(exercise)
     if ex.kind == "model":
         return ex.model.grade_answers(ex.id, records, cases, refusals)
+    assert ex.expected is not None and ex.mutants is not None, ex.id  # a class or function exercise
     exercise = ex.id
     total = total_checks(cases)
     refusals = _refusals(ex, records, refusals)
@@ -394,7 +396,8 @@ def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list
         messages = [Msg("refused." + key, first=refusals[0])] + refusals[1:]
         return Result(exercise, False, 0.0, 0, total, key, messages, assumed)
 
-    reasons, dropout = [], None
+    reasons: list[tuple[str, str]] = []  # (case name, why it failed: a Msg, or a mistake's text)
+    dropout = None
     for case, rec in zip(cases, records, strict=False):
         single = len(case.calls) == 1 or case.kind == "train"
         if rec["error"] is not None:

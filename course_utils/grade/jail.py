@@ -297,7 +297,7 @@ class Outcome:
         self.usage = usage or limits.Usage()
 
 
-def _drain(stream, keep: int, sink: list, limit: int | None = None):
+def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None = None):
     """Read ``stream`` to the end, keeping the last ``keep`` bytes (or the first ``limit``, flagging more)."""
     tail = b""
     total = 0
@@ -360,13 +360,15 @@ def run(
             raise
         box.watch(proc.pid)
         os.close(result_w)
-        errs, results = [], []
+        errs: list[tuple[bytes, bool]] = []  # (what was read, whether it went past the limit)
+        results: list[tuple[bytes, bool]] = []
         readers = [
             threading.Thread(target=_drain, args=(proc.stderr, STDERR_TAIL, errs), daemon=True),
             threading.Thread(target=_drain, args=(os.fdopen(result_r, "rb"), 0, results, MAX_RESULT), daemon=True),
         ]
         for t in readers:
             t.start()
+        assert proc.stdin is not None  # stdin=PIPE
         try:
             proc.stdin.write(plan)
             proc.stdin.close()

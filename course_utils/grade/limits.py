@@ -38,9 +38,9 @@ _lock = threading.Lock()
 _counter = [0]
 
 
-def _own_cgroups() -> dict:
+def _own_cgroups() -> dict[str, str]:
     """{controller or '' for v2: path} from /proc/self/cgroup."""
-    out = {}
+    out: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -53,10 +53,10 @@ def _own_cgroups() -> dict:
     return out
 
 
-def _mounts() -> dict:
+def _mounts() -> dict[str, tuple[str, str]]:
     """{'cgroup2': (mount point, the hierarchy's path mounted there), 'memory': (...) for v1, 'pids': (...)} from
     /proc/self/mountinfo."""
-    out = {}
+    out: dict[str, tuple[str, str]] = {}
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -165,8 +165,9 @@ class Box:
         self.memory, self.tasks = memory, tasks
         self.dirs: list[Path] = []
         self._stop = threading.Event()
-        self._watchdog = None
-        self._fallback_peak, self._fallback_hit = 0, None
+        self._watchdog: threading.Thread | None = None
+        self._fallback_peak = 0
+        self._fallback_hit: str | None = None
         with _lock:
             _counter[0] += 1
             name = f"grade-{os.getpid()}-{_counter[0]}"
@@ -211,8 +212,9 @@ class Box:
     # ---------------------------------------------------------------------------------------- in the parent
     def watch(self, pid: int):
         if self.kind == "rlimits" and os.path.isdir("/proc"):  # no /proc (macOS): the rlimits alone
-            self._watchdog = threading.Thread(target=self._watch, args=(pid,), daemon=True)
-            self._watchdog.start()
+            watchdog = threading.Thread(target=self._watch, args=(pid,), daemon=True)
+            watchdog.start()
+            self._watchdog = watchdog
 
     def _watch(self, pid: int):
         while not self._stop.wait(SAMPLE_SECONDS):

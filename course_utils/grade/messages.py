@@ -295,6 +295,9 @@ def resolve(lang: str | None = None) -> str:
 class Msg(str):
     """A catalogue text: ``str(msg)`` is the English, ``msg.render("zh")`` the Chinese."""
 
+    key: str
+    args: dict
+
     def __new__(cls, key: str, /, **args):
         if key not in CATALOGUE:
             raise KeyError(f"no text {key!r} in the grader's catalogue")

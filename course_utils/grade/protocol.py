@@ -22,7 +22,7 @@ from .messages import Msg, add_texts, joined
 from .records import CallRecorder, with_texts
 from .registry import Exercise
 from .sandbox import dialects, errors, finding, running
-from .types import Case, new_seed
+from .types import Case
 
 # this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
 TEXTS: dict[str, tuple[str, str]] = {
@@ -105,7 +105,8 @@ def probe(exercise: str | Exercise) -> dict:
     placement under which the module computes the first, else one of the others). It is not graded: the verdict
     comes from the secret cases, compared here."""
     ex = get(exercise)
-    case = without_biases(ex.square_cases(torch.Generator().manual_seed(new_seed()))[0], "qkvo")
+    assert ex.mutants is not None, ex.id  # interview mode: a class exercise
+    case = without_biases(ex.make_square_cases()[0], "qkvo")
     correct = cached_outputs(ex.expected, case, ex.correct)["step1.out"]
     targets = [correct]
     for m in ex.mutants():
@@ -150,7 +151,7 @@ class Graded:
         self.exercise = ex
         self.cases = ex.make_cases(seed)
         self.square = ex.make_square_cases(seed) if ex.interview else None
-        self.assumed = None
+        self.assumed: Msg | None = None
 
     def plan(self) -> dict:
         return plan(self.exercise, self.cases, self.square)
@@ -225,7 +226,12 @@ def _mask_convention(mask: str):
 # ------------------------------------------------------------------------------------------------------
 # validation of what comes back
 
-_ERROR_FIELDS = {"type": str, "message": str, "line": (str, type(None)), "where": str}
+_ERROR_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "type": str,
+    "message": str,
+    "line": (str, type(None)),
+    "where": str,
+}
 _WHERES = {"construct", "load", "forward", "backward"}
 
 
@@ -239,9 +245,10 @@ def _expected_names(case: Case, params: list) -> set:
         if call.tile_bound is not None:
             names.add(f"step{i}.{call.bound_label}")
         names |= {f"step{i}.{name}" for name, _ in call.state}
-        for r in range(call.ranks or 0):  # a ring of processes: each rank's result and the chunks it received
+        ranks = call.ranks or 0  # a ring of processes: each rank's result and the chunks it received
+        for r in range(ranks):
             names |= {f"rank{r}.out", f"rank{r}.lse"}
-            names |= {f"rank{r}.recv{t}.{kv}" for t in range(1, call.ranks) for kv in "kv"}
+            names |= {f"rank{r}.recv{t}.{kv}" for t in range(1, ranks) for kv in "kv"}
         if call.use_cache is not None:
             names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
         if call.grad is not None:
@@ -287,7 +294,7 @@ def validate(records, cases: list) -> list:
         outputs = rec.get("outputs") or {}
         if not isinstance(outputs, dict):
             raise BadResult(Msg("bad.outputs"))
-        kept = {}
+        kept: dict[str, torch.Tensor | str | None] = {}  # a tensor, None, or what came instead described
         for name, value in outputs.items():
             if name not in allowed:
                 continue

@@ -54,6 +54,18 @@ class Call:
     state: tuple[tuple[str, int], ...] = ()  # a function's arguments it writes into: (name, index in args), each
     # read back after the call from the copy the learner's function was handed, as the output step<i>.<name>
 
+    @property
+    def fn_args(self) -> tuple[Any, ...]:
+        """The arguments of a function exercise's call (``args``), which its cases always give."""
+        assert self.args is not None, "a call of a function exercise carries the function's arguments"
+        return self.args
+
+    @property
+    def ring_size(self) -> int:
+        """The number of ranks of a ring's call (``ranks``), which a ring exercise's cases always give."""
+        assert self.ranks is not None, "a call of a ring exercise says how many ranks it runs on"
+        return self.ranks
+
 
 @dataclass
 class Case:

@@ -133,16 +133,16 @@ def paged_forward(args, v: PagedVariant, state: bool = False):
             lengths.append(s.shape[-1])
         return _merge(torch.stack(outs), torch.stack(lses), v, lengths)
 
-    results = [None] * len(lens)
     if v.order == "attend_first" or not v.written:  # the right outputs, and the pool as this variant writes it
         out, lse = paged_forward(args, replace(v, order="write_all", copy="ok", written=True))
         for b in range(len(lens) if v.written else 0):
             write(b)
         return (out, lse, (key_pool, value_pool, tables)) if state else (out, lse)
     if v.order == "interleaved":
+        results = []
         for b in range(len(lens)):
             write(b)
-            results[b] = read(b)
+            results.append(read(b))
     else:
         for b in range(len(lens)):
             write(b)
@@ -178,7 +178,7 @@ def cached_tokens(key_pool, value_pool, tables, lens):
 def _tokens_after(case: Case, key_pool, value_pool, tables) -> dict:
     """{"step1.cached_keys", "step1.cached_values"}: the tokens after the step (seq_len + 1 each), or None where
     the state that came back is not the arguments' shape."""
-    args = case.calls[0].args
+    args = case.calls[0].fn_args
     lens = [int(n) + 1 for n in args[6]]
     shapes = [tuple(a.shape) for a in args[3:6]]
     if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (key_pool, value_pool, tables)] != shapes:
@@ -296,9 +296,10 @@ def expected(case: Case, variant: PagedVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
         if case.meta.get("merge"):
-            out, lse = _merge(*case.calls[0].args, variant)
+            outs, lses = case.calls[0].fn_args
+            out, lse = _merge(outs, lses, variant)
             return {"step1.out": out, "step1.lse": lse}
-        out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
+        out, lse, state = paged_forward(case.calls[0].fn_args, variant, state=True)
         return {"step1.out": out, "step1.lse": lse, **_tokens_after(case, *state)}
 
 

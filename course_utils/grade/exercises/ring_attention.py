@@ -266,8 +266,8 @@ def ring_run(call: Call, v: RingVariant) -> dict:
     """What each rank of a ring with the variant's mistakes computes and receives (the harness's names)."""
     if v.exchange == "deadlock":
         raise RingDeadlock()
-    q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call.args
-    world_size = call.ranks
+    q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call.fn_args
+    world_size = call.ring_size
     outputs = {}
     for rank in range(world_size):
         out = torch.zeros_like(q_chunks[rank])

@@ -279,7 +279,8 @@ def cases(g) -> list[Case]:
 def expected(case: Case, variant: WindowVariant) -> dict:
     """{name: tensor or None}, named as the harness names the learner's outputs: step<i>.out, .keys, .values."""
     with torch.no_grad():
-        outs, presents = {}, {}
+        outs: dict[str, torch.Tensor | None] = {}
+        presents: dict[int, tuple[torch.Tensor, ...] | None] = {}  # call index -> the cache it returned
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             past = presents[call.past] if isinstance(call.past, int) else None
@@ -425,14 +426,14 @@ TEXTS: dict[str, tuple[str, str]] = {
 # ---------------------------------------------------------------------------------------------
 # the ring read by role and shape
 
-_TOL = {"rtol": 1e-4, "atol": 1e-5}  # the verdict's
+_RTOL, _ATOL = 1e-4, 1e-5  # the verdict's
 
 
 def _same(got, need) -> bool:
     if need is None:
         return got is None
     ok = isinstance(got, torch.Tensor) and got.shape == need.shape
-    return ok and bool(torch.allclose(got.double(), need.double(), **_TOL, equal_nan=True))
+    return ok and bool(torch.allclose(got.double(), need.double(), rtol=_RTOL, atol=_ATOL, equal_nan=True))
 
 
 def _axis_orders(case: Case, parts: list) -> list[tuple[int, ...]]:
@@ -450,8 +451,11 @@ def _slot_order(keys, values, need_keys, need_values) -> list[int] | None:
     head, each slot used once; None when one has no match (the ring holds other tokens, or other numbers)."""
     if not isinstance(need_keys, torch.Tensor) or not keys.shape == values.shape == need_keys.shape:
         return None
-    match = torch.isclose(keys[:, :, :, None].double(), need_keys[:, :, None].double(), **_TOL).all(-1)
-    match &= torch.isclose(values[:, :, :, None].double(), need_values[:, :, None].double(), **_TOL).all(-1)
+
+    def close(got, need):  # (B, H, learner's slots, reference's slots): the whole vector alike
+        return torch.isclose(got[:, :, :, None].double(), need[:, :, None].double(), rtol=_RTOL, atol=_ATOL).all(-1)
+
+    match = close(keys, need_keys) & close(values, need_values)
     match = match.all(1).all(0)  # (learner's slots, reference's slots)
     free, order = list(range(match.shape[0])), []
     for slot in range(match.shape[1]):
@@ -506,11 +510,15 @@ def read_back(case: Case, outputs: dict) -> dict:
         return outputs
     for v in [m.variant for m in mutants() if not m.outputs_only]:  # its axes in another order, and a mistake
         need = _expected_of(case, v)
-        for axes in orders if need is not None else ():
+        if need is None:
+            continue
+        for axes in orders:
             read = _read(outputs, steps, axes, need)
             if read is not None and all(_same(read.get(name), t) for name, t in need.items()):
                 return read
-    return _read(outputs, steps, orders[0], None)
+    as_they_are = _read(outputs, steps, orders[0], None)
+    assert as_they_are is not None  # with no ring to match, no slot is missing
+    return as_they_are
 
 
 EXERCISE = Exercise(

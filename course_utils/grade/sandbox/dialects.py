@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import inspect
 import re
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 try:
     from .texts import Said, said
 except ImportError:  # sandboxed: beside texts.py in /grader
-    from texts import Said, said
+    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
+        from texts import Said, said
 
 _WIDTH = (
     "d_model",
@@ -257,7 +259,8 @@ def _role_of(prefix: str):
 def parameter_map(module, d_model: int, d_in: int | None = None) -> dict:
     """role -> {'weight': name, 'bias': name or None, 'layout': 'linear' | 'matrix' | 'rows' | 'columns'}."""
     d_in = d_model if d_in is None else d_in
-    found, unknown = {}, []
+    found: dict[str, dict] = {}
+    unknown = []
     for name, p in module.named_parameters():
         prefix, _, leaf = name.rpartition(".")
         if not prefix:  # a bare nn.Parameter matrix used as x @ W
@@ -305,7 +308,8 @@ def load(module, pmap: dict, params: dict) -> list:
         for role, entry in pmap.items():
             if role == "qkv":
                 w = torch.cat([book[r][0] for r in "qkv"])
-                b = None if any(book[r][1] is None for r in "qkv") else torch.cat([book[r][1] for r in "qkv"])
+                biases = [bias for r in "qkv" if (bias := book[r][1]) is not None]
+                b = torch.cat(biases) if len(biases) == 3 else None
             else:
                 w, b = book[role]
             if entry["layout"] in ("matrix", "columns"):
@@ -509,7 +513,7 @@ def _role_of_arg(name: str):
     return None
 
 
-def _arg_guesses(p) -> list:
+def _arg_guesses(p) -> list[str | None]:
     """The roles an argument no rule names may play, most plausible first: by its default's type, then by what
     its name suggests, then every other role."""
     low, default = p.name.lower(), p.default
@@ -520,7 +524,7 @@ def _arg_guesses(p) -> list:
         first.append("dropout")
     first += [role for hint, role in _ARG_HINTS if hint in low]
     rest = ["width", "heads", "length", "head_width", "dropout", "bias"]
-    guesses = list(dict.fromkeys(first + rest))
+    guesses: list[str | None] = list(dict.fromkeys(first + rest))
     if default is not inspect.Parameter.empty:
         guesses.insert(0, None)  # its default first
     return guesses
@@ -532,7 +536,7 @@ def ctor_mappings(cls) -> list:
     params = [p for p in _params(cls.__init__) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     known = {p.name: _role_of_arg(p.name) for p in params}
     unknown = [p for p in params if known[p.name] is None]
-    mappings = []
+    mappings: list[dict[str, str]] = []
 
     def extend(i, chosen):
         if len(mappings) >= 12:
@@ -639,7 +643,8 @@ class _Unit:
 def _units(module, heads: int, inner: int):
     """The module's projections (``_Unit``), or None when a parameter is neither a weight nor a bias."""
     own = dict(module.named_parameters())
-    units, loose, owned = [], [], set()
+    units: list[_Unit] = []
+    loose, owned = [], set()
     for prefix, sub in module.named_modules():
         direct = dict(sub.named_parameters(recurse=False))
         w = direct.get("weight")
@@ -692,7 +697,7 @@ def _weight_key(name: str) -> str:
 def _stack_heads(units, own, heads: int, inner: int):
     """Per-head pieces (a ModuleList of heads, each with its own projections) as one unit per role: the pieces
     whose names differ only in one index, ``heads`` of them, each ``inner // heads`` wide."""
-    groups = {}
+    groups: dict[str, list[_Unit]] = {}
     for u in units:
         pattern = re.sub(r"(^|\.)\d+(\.|$)", r"\1#\2", u.name)
         if pattern != u.name:
@@ -720,28 +725,31 @@ def _stack_heads(units, own, heads: int, inner: int):
     return out
 
 
+# fill(book) -> (the unit's weights, its biases), built from the book's (q, k, v, o) -> (weight, bias)
+Fill = Callable[..., tuple[list, list]]  # (book, then the loop variables it binds as defaults)
+
 _ORDERS3 = ("qkv", "qvk", "kqv", "kvq", "vqk", "vkq")
 _ORDERS2 = ("kv", "qk", "qv", "vk", "kq", "vq")
 
 
-def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
+def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list[tuple[str, str, Fill]]:
     """(roles, label, fill) for each way ``unit`` can hold the book's projections: ``fill(book)`` is the list of
     tensors for its weights, then its biases, built from the book's (differentiably, for the gradients)."""
     hd = inner // heads
     shape = tuple(own[unit.weights[0]].shape)
-    found = []
+    found: list[tuple[str, str, Fill]] = []
     if len(unit.weights) > 1:  # per-head pieces, each (head_dim, d_in) or stored transposed
         for transposed in (False, True) if not unit.linear else (False,):
             if shape != ((d_in, hd) if transposed else (hd, d_in)):
                 continue
             for r in "qkv":
 
-                def fill(book, r=r, t=transposed):
+                def per_head(book, r=r, t=transposed):
                     ws = [book[r][0][h * hd : (h + 1) * hd] for h in range(heads)]
                     bs = [book[r][1][h * hd : (h + 1) * hd] for h in range(heads)]
                     return [w.T if t else w for w in ws], bs
 
-                found.append((r, f"per head{' (x @ W)' if transposed else ''}", fill))
+                found.append((r, f"per head{' (x @ W)' if transposed else ''}", per_head))
         return found
     if len(shape) == 3:  # a per-head tensor
         if shape[0] != heads:
@@ -801,7 +809,7 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
             for order in orders:
                 for layout in ("rows", "heads"):
 
-                    def fill(book, order=order, layout=layout, o=oriented, n=n):
+                    def fused(book, order=order, layout=layout, o=oriented, n=n):
                         ws, bs = [book[r][0] for r in order], [book[r][1] for r in order]
                         if layout == "rows":  # [q; k; v]: the (3, heads, head_dim) layout
                             return [o(torch.cat(ws))], [torch.cat(bs)]
@@ -810,7 +818,7 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list:
                         return [o(w)], [b]  # per head interleaved: the (heads, 3, head_dim) layout
 
                     shown = "[" + ";".join(order) + "]" if layout == "rows" else f"(heads, {n}, head_dim) {order}"
-                    found.append((order, shown + how, fill))
+                    found.append((order, shown + how, fused))
     return found
 
 
@@ -904,7 +912,7 @@ def placements(module, d_in: int, d_out: int, heads: int) -> list:
     if not units or len(units) > 4:  # each projection holds one role at least: q, k, v, o
         return []
     options = [_readings(u, own, d_in, inner, d_out, heads) for u in units]
-    found = []
+    found: list[list[tuple[str, str, Fill]]] = []
 
     def extend(i, chosen, covered):
         if len(found) >= 4000:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,13 +30,14 @@ try:  # in-process: part of the course's grader package
     from .running import run_exercise
     from .texts import english, said
 except ImportError:  # sandboxed: the sandbox's files side by side in /grader
-    from answers import number_answer
-    from cells import alarm, new_namespace, run_cells
-    from errors import describe_exception
-    from finding import class_in, defined_modules
-    from model_exercise import run_on_model
-    from running import run_exercise
-    from texts import english, said
+    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
+        from answers import number_answer
+        from cells import alarm, new_namespace, run_cells
+        from errors import describe_exception
+        from finding import class_in, defined_modules
+        from model_exercise import run_on_model
+        from running import run_exercise
+        from texts import english, said
 
 
 def main(result_fd: int) -> None:
@@ -63,14 +65,14 @@ def main(result_fd: int) -> None:
         (str(q)[:80], None if v is None else number_answer(v))  # None: not answered (yet)
         for q, v in learner_grade.ANSWERS[:20]
     ]
-    result = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
+    result: dict[str, Any] = {"notes": notes[:50], "notes_said": notes_said[:50], "exercises": {}, "answers": answers}
 
     def missing(entry, key, **args):
         entry["missing_said"] = said(key, **args)
         entry["missing"] = english(entry["missing_said"])
 
     for ex, spec in plan["exercises"].items():
-        entry = {"missing": None, "records": []}
+        entry: dict[str, Any] = {"missing": None, "records": []}
         result["exercises"][ex] = entry
         cls = requested.get(ex, namespace.get(spec["class"]))
         if isinstance(cls, str):  # check("id", "ClassName")

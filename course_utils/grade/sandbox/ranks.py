@@ -21,13 +21,15 @@ import struct
 import tempfile
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 
 try:
     from .texts import Said, english, said
 except ImportError:  # sandboxed: beside harness.py in /grader
-    from texts import Said, english, said
+    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
+        from texts import Said, english, said
 
 JOIN_SECONDS = 10.0  # every rank joining the group (gloo's own timeout too: a blocked rank gives up after it)
 DEADLOCK_SECONDS = 3.0  # from the last rank joining to every rank done: the ring's work takes milliseconds
@@ -66,7 +68,7 @@ def _rank(rank, world_size, store, call, step_fn, exchange_fn, phases, out_fd, h
     os.environ["GLOO_SOCKET_IFNAME"] = _loopback()
     torch.set_num_threads(1)  # W ranks on a machine of few cores; forked after OpenMP may have started in the parent
     q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call["args"]
-    payload: dict = {"outputs": {}, "error": None}
+    payload = {"outputs": {}, "error": None}
     try:
         import torch.distributed as dist
 
@@ -231,7 +233,9 @@ def _collect(children: dict, buffers: dict, phases, world_size: int) -> dict:
             busy = {
                 rank
                 for rank, before in cpu_at_join.items()
-                if before is not None and used[rank] is not None and used[rank] - before > BUSY * (now - joined_at)
+                if before is not None
+                and (after := used[rank]) is not None
+                and after - before > BUSY * (now - joined_at)
             }
             return {"error": _stalled(states, busy)}
     outputs = {}

@@ -58,7 +58,7 @@ class FusedTracer:
 
     A submission that stops the profiler is seen too (the profiler is not running when tracing ends)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: set = set()
         self._hop_call = None
 
