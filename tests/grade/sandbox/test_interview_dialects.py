@@ -233,15 +233,18 @@ def test_the_readmes_say_which_forms_are_accepted_and_the_class_rule():
     ):
         text = root.joinpath(readme).read_text(encoding="utf-8")
         assert rule in text, readme
+        # the principle (parameters by role and shape, not names) and the forms a candidate may recognise
+        principle = (
+            "placed by role and shape, whatever their names" if readme == "README.md" else "按作用和形状认，不看名字"
+        )
         for form in (
+            principle,
             'check("mha_interview"',
-            "num_hiddens",
-            "head_dim",
             "CausalSelfAttention(config)",
-            "w_out",
             "batch_first",
             "(d_in, d_out, ...)",
             "nn.Parameter",
+            "x @ W",
             "--exercise",
         ):
             assert form in text, (readme, form)
