@@ -1,7 +1,8 @@
 """Every exercise the registry finds keeps the contract of the grader's house: its texts complete in both languages
 (each mistake it can name, each case title), none of its texts unused, its notebooks where the READMEs and indexes
-say, its points those its notebook's check cell is worth. Nothing here lists the exercises: a new one is checked by
-being declared."""
+say, its points those its notebook's check cell is worth; and graded the same four ways on its fixture (fixtures.py,
+one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant is named and
+its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared."""
 
 from pathlib import Path
 
@@ -9,8 +10,11 @@ import pytest
 import torch
 
 from course_utils.grade import diagnose, heads, kit
-from course_utils.grade.exercises import EXERCISES
+from course_utils.grade.exercises import EXERCISES, get
 from course_utils.grade.messages import CATALOGUE, Msg, case_title
+from course_utils.grade.types import Mutant
+from tests.conftest import assert_reads_cleanly
+from tests.grade.exercises.fixtures import FIXTURES, Fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 ON_CASES = [ex for ex in EXERCISES.values() if ex.kind != "model"]
@@ -107,3 +111,58 @@ def test_cases_are_drawn_from_the_seed():
         a, b, c = ex.make_cases(1), ex.make_cases(1), ex.make_cases(2)
         assert all(torch.equal(x.x, y.x) for x, y in zip(a, b, strict=True)), ex.id
         assert not all(torch.equal(x.x, y.x) for x, y in zip(a, c, strict=True)), ex.id
+
+
+# ---------------------------------------------------------------------- graded: the same four checks for every exercise
+
+
+def test_every_exercise_graded_on_cases_has_a_fixture():
+    assert set(FIXTURES) == {ex.id for ex in ON_CASES}
+
+
+def _gradable(exercise: str) -> Fixture:
+    fixture = FIXTURES[exercise]
+    why = fixture.skip()
+    if why:
+        pytest.skip(why)
+    return fixture
+
+
+@pytest.mark.parametrize("exercise", sorted(FIXTURES))
+def test_the_reference_passes(exercise):
+    result = _gradable(exercise).grade(FIXTURES[exercise].reference)
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize(
+    "exercise,alt", [(ex, alt) for ex in sorted(FIXTURES) for alt in sorted(FIXTURES[ex].alternatives)]
+)
+def test_alternative_correct_implementations_pass(exercise, alt):
+    fixture = _gradable(exercise)
+    assert len(fixture.alternatives) >= fixture.min_alternatives
+    result = fixture.grade(fixture.alternatives[alt])
+    assert result and result.score == 1.0, result.report()
+
+
+@pytest.mark.parametrize("exercise,stub", [(ex, stub) for ex in sorted(FIXTURES) for stub in FIXTURES[ex].stubs])
+def test_a_stub_is_not_implemented(exercise, stub):
+    fixture = _gradable(exercise)
+    result = fixture.grade(fixture.stubs[stub])
+    assert not result and result.diagnosis == "not_implemented", result.report()
+    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+
+@pytest.mark.parametrize(
+    "exercise,i",
+    [(ex, i) for ex in sorted(FIXTURES) for i in range(len(FIXTURES[ex].mutants))],
+    ids=[f"{ex}-{key}-{i}" for ex in sorted(FIXTURES) for i, (key, _) in enumerate(FIXTURES[ex].mutants)],
+)
+def test_each_mutant_gets_its_diagnosis(exercise, i):
+    fixture = _gradable(exercise)
+    key, src = fixture.mutants[i]
+    result = fixture.grade(src)
+    assert not result and result.diagnosis == key, result.report()
+    ex = get(exercise)
+    said = named_mistakes(ex) + [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
+    assert any(m.message in result.report() for m in said if m.key == key), result.report()
+    assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages

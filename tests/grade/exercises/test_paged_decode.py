@@ -19,7 +19,7 @@ from course_utils.grade.exercises.paged_decode import PagedVariant, paged_forwar
 from course_utils.grade.types import Call, Case
 from tests.grader_cases import serving
 from tests.grader_cases.implementations import mutate
-from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STATE_MUTANTS, STUB
+from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STATE_MUTANTS
 
 ROOT = Path(__file__).resolve().parents[3]
 EX = "paged_decode"
@@ -63,23 +63,8 @@ def test_solution_notebook_holds_the_graded_reference():
     assert solution == re.sub(r"(?m)  #[A-Z]+$", "", REFERENCE.split("\n\n", 1)[1]).strip()
 
 
-def test_reference_solution_passes():
-    result = grade(REFERENCE)
-    assert result and result.score == 1.0, result.report()
-
-
-@pytest.mark.parametrize("alt", sorted(ALTERNATIVES))
-def test_alternative_correct_implementations_pass(alt):
-    assert len(ALTERNATIVES) >= 2
-    result = grade(ALTERNATIVES[alt])
-    assert result, result.report()
-
-
-def test_stub_is_not_implemented():
-    result = grade(STUB)
-    assert not result and result.diagnosis == "not_implemented", result.report()
-    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
-    # the exercise notebook's stubs: paged_decode written, merge_partials still a stub
+def test_a_stub_names_the_function_left_to_write():
+    # (the stub of both functions: the contract test) paged_decode written, merge_partials still a stub
     half = REFERENCE.replace("    m = lses.amax(dim=0)  #MAX", "    raise NotImplementedError('your code here')")
     result = grade(half)
     assert not result and result.diagnosis == "not_implemented", result.report()
@@ -89,17 +74,6 @@ def test_stub_is_not_implemented():
     result = grade(both)  # the exercise notebook as handed out: both functions stubs
     assert "write merge_partials, paged_decode (they raise" in result.summary, result.report()
     assert "请写出 merge_partials、paged_decode（它们" in result.report("zh"), result.report("zh")
-
-
-@pytest.mark.parametrize(
-    "key,edits",
-    MUTANTS + [("shared_block_written_without_copy", INTERLEAVED_NO_COPY)],
-    ids=[f"{key}-{i}" for i, (key, _) in enumerate(MUTANTS + [("no_copy_interleaved", 0)])],
-)
-def test_mutant_gets_its_diagnosis(key, edits):
-    result = grade(edits if isinstance(edits, str) else mutate(REFERENCE, edits))
-    assert not result and result.diagnosis == key, result.report()
-    assert any(m.message in result.report() for m in get(EX).mutants() if m.key == key)
 
 
 @pytest.mark.parametrize("key,src", STATE_MUTANTS, ids=[key for key, _ in STATE_MUTANTS])
