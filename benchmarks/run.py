@@ -47,6 +47,19 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # sizes: the CPU ones suit 2 cores; on CUDA the variants run in bfloat16 and large enough for the flash kernel.
 # The decoder stays float32 everywhere: the no-cache and cached decoders round differently, and in bfloat16
 # that alone can flip a greedy argmax; float32 keeps the token-identity check meaningful.
+# the ring of gloo processes runs on the CPU whatever the device benchmarked: one size for both
+CONTEXT_PARALLEL = dict(
+    heads=4,
+    world_sizes=[2, 4],
+    seq_lens=[256, 1024],
+    time_seq_len=2048,
+    time_world_sizes=[1, 2, 4],
+    repeats=3,
+    atol=1e-5,
+    timeout_s=60,
+)
+CONTEXT_PARALLEL_QUICK = {**CONTEXT_PARALLEL, "seq_lens": [256], "time_seq_len": 512, "repeats": 1}
+
 CONFIGS = {
     "cpu": dict(
         variants=dict(batch=4, seq_len=512, d_in=768, d_out=768, num_heads=12, dtype="float32", atol=2e-4),
@@ -111,16 +124,7 @@ CONFIGS = {
             split_head_dim=64,
             split_chunk=1024,
         ),
-        context_parallel=dict(
-            heads=4,
-            world_sizes=[2, 4],
-            seq_lens=[256, 1024],
-            time_seq_len=2048,
-            time_world_sizes=[1, 2, 4],
-            repeats=3,
-            atol=1e-5,
-            timeout_s=60,
-        ),
+        context_parallel=CONTEXT_PARALLEL,
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -166,16 +170,7 @@ CONFIGS = {
             split_head_dim=64,
             split_chunk=1024,
         ),
-        context_parallel=dict(
-            heads=4,
-            world_sizes=[2, 4],
-            seq_lens=[256],
-            time_seq_len=512,
-            time_world_sizes=[1, 2, 4],
-            repeats=1,
-            atol=1e-5,
-            timeout_s=60,
-        ),
+        context_parallel=CONTEXT_PARALLEL_QUICK,
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -229,16 +224,7 @@ CONFIGS = {
             split_head_dim=128,
             split_chunk=1024,
         ),
-        context_parallel=dict(
-            heads=4,
-            world_sizes=[2, 4],
-            seq_lens=[256, 1024],
-            time_seq_len=2048,
-            time_world_sizes=[1, 2, 4],
-            repeats=3,
-            atol=1e-5,
-            timeout_s=60,
-        ),
+        context_parallel=CONTEXT_PARALLEL,
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -292,16 +278,7 @@ CONFIGS = {
             split_head_dim=128,
             split_chunk=1024,
         ),
-        context_parallel=dict(
-            heads=4,
-            world_sizes=[2, 4],
-            seq_lens=[256],
-            time_seq_len=512,
-            time_world_sizes=[1, 2, 4],
-            repeats=1,
-            atol=1e-5,
-            timeout_s=60,
-        ),
+        context_parallel=CONTEXT_PARALLEL_QUICK,
     ),
 }
 
