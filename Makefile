@@ -43,7 +43,7 @@ help:
 	@echo "make test-sandbox the grader's tests that run submissions in its bubblewrap sandbox (batches, attacks)"
 	@echo "make lint         ruff (checks, format) on the Python packages and tests, mypy on course_utils (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
-	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
+	@echo "make train        retrain the checkpoints of notebooks 11 and 16 in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
@@ -140,6 +140,7 @@ bench: $(STAMP)
 train: $(STAMP)
 	@# one thread: seeded training then rebuilds the committed checkpoints exactly
 	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone
+	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone.recall
 
 exercises: $(STAMP)
 	$(PY) -m authoring.exercises solutions exercises
