@@ -241,6 +241,7 @@ PATTERNS = [
         ),
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
         (r"^(\S+): (\d+) linear \+ (\d+) full-attention layers$", r"\1：\2 层线性 + \3 层完整注意力"),
+        (r"^delta rule, β = (\S+), (\d+) pass\(es\)$", r"delta 规则，β = \1，写 \2 遍"),
         (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
         (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
         (
