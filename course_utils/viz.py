@@ -303,10 +303,13 @@ class Countdown:
         self.bar.bar_style = "danger" if self.elapsed_s >= self.total_s else ""
 
     def stop(self) -> str:
-        """Pause the clock; returns the time used."""
+        """Pause the clock; returns a line saying so, with the time used (▶ starts the clock again)."""
         self.play.playing = False
         used, total = _clock(self.elapsed_s), _clock(self.total_s)
-        return pick(f"time used: {used} of {total}", f"用时 {used}（共 {total}）")
+        return pick(
+            f"clock paused: time used {used} of {total} (▶ on the clock goes on)",
+            f"计时已暂停：用时 {used}（共 {total}）（按计时器上的 ▶ 继续）",
+        )
 
     def _ipython_display_(self):
         from IPython.display import display
