@@ -278,7 +278,12 @@ class Countdown:
 
         self.total_s = int(round(minutes * 60))
         if self.total_s <= 0:
-            raise ValueError(f"minutes must be positive, got {minutes}")
+            raise ValueError(
+                pick(
+                    f"minutes must be positive, got {minutes}",
+                    f"minutes 必须为正，收到的是 {minutes}",
+                )
+            )
         self.play = widgets.Play(value=0, min=0, max=self.total_s, step=1, interval=1000, show_repeat=False)
         self.bar = widgets.IntProgress(value=0, min=0, max=self.total_s, layout=widgets.Layout(width="240px"))
         self._link = widgets.jslink((self.play, "value"), (self.bar, "value"))

@@ -55,13 +55,26 @@ LAYOUTS = ("contiguous", "zigzag")
 
 def _check_split(seq_len, world_size, layout):
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise ValueError(
+            pick(
+                f"layout must be one of {LAYOUTS}, got {layout!r}",
+                f"layout 必须是 {LAYOUTS} 之一，收到的是 {layout!r}",
+            )
+        )
     if not (isinstance(world_size, int) and world_size >= 1):
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        raise ValueError(
+            pick(
+                f"world_size must be a positive int, got {world_size!r}",
+                f"world_size 必须是正整数，收到的是 {world_size!r}",
+            )
+        )
     pieces = world_size * (2 if layout == "zigzag" else 1)
     if seq_len < pieces:
         raise ValueError(
-            f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, world_size={world_size})"
+            pick(
+                f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, world_size={world_size})",
+                f"{seq_len} 个 token 切不成 {pieces} 段非空的片段（{layout}，world_size={world_size}）",
+            )
         )
 
 
@@ -277,7 +290,11 @@ def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, 
     _check_qkv(q, k, v)
     if q.ndim != 4 or q.shape[1] % world_size:
         raise ValueError(
-            f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got {tuple(q.shape)}"
+            pick(
+                f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got {tuple(q.shape)}",
+                f"Ulysses 需要 q 的形状为 (B, H, S, d)，且 H 能被 world_size={world_size} 整除，"
+                f"收到的是 {tuple(q.shape)}",
+            )
         )
     seq_len = q.shape[-2]
     token_chunks = [split_sequence(t, world_size) for t in (q, k, v)]  # [tensor][rank]: (B, H, S_r, d)
@@ -318,11 +335,20 @@ def comm_bytes_per_rank(
         "ulysses": (2 * num_heads + 2 * num_kv_heads) / W,
     }
     if method not in per_token:
-        raise ValueError(f"method must be one of {tuple(per_token)}, got {method!r}")
+        raise ValueError(
+            pick(
+                f"method must be one of {tuple(per_token)}, got {method!r}",
+                f"method 必须是 {tuple(per_token)} 之一，收到的是 {method!r}",
+            )
+        )
     if method == "ulysses" and (num_heads % W or num_kv_heads % W):
         raise ValueError(
-            f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
-            f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)"
+            pick(
+                f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
+                f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)",
+                f"Ulysses 按头切分：world_size={W} 必须整除 num_heads={num_heads} 和 num_kv_heads={num_kv_heads}"
+                "（要用更多 rank，请先复制 K/V 头）",
+            )
         )
     return (W - 1) / W * S * per_token[method] * head_dim * bytes_per_element * batch
 
