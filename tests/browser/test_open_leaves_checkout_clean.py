@@ -23,11 +23,8 @@ from pathlib import Path
 
 import pytest
 from jlab import (
-    CHROMIUM_ARGS,
     ROOT,
     LabServer,
-    chromium_env,
-    chromium_path,
     notebook_expectations,
     notebooks_dir,
     open_notebook,
@@ -86,22 +83,9 @@ def _serve(server_config):
         assert not left, f"processes survived the server's shutdown: {left}"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="attn-chromium-") as home:
-        browser = playwright.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS, env=chromium_env(Path(home))
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 def _read(browser, server, rel):
-    """Open ``rel`` as a learner would, wait until its kernel is idle, then leave it open past a few autosaves."""
+    """Open ``rel`` as a learner would, wait until its kernel is idle, then leave it open past a few autosaves.
+    ``browser`` is the session's Chromium (tests/browser/conftest.py); the server is this test's own."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(60_000)
     try:
