@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..lang import pick
 from ..reference.gated_delta import chunk_gated_delta_rule, recurrent_gated_delta_rule
 from ..reference.multihead import MultiHeadAttention
 from .induction import CHECKPOINT_DIR, ProgressBar
@@ -48,7 +50,12 @@ class RecallBatch:
 def make_batch(batch_size: int, num_pairs: int, generator: torch.Generator | None = None) -> RecallBatch:
     """``batch_size`` sequences of ``num_pairs`` pairs (distinct keys out of NUM_KEYS) and ``num_pairs`` queries."""
     if not 1 <= num_pairs <= NUM_KEYS:
-        raise ValueError(f"num_pairs={num_pairs} must lie in [1, {NUM_KEYS}]: the keys of a sequence are distinct")
+        raise ValueError(
+            pick(
+                f"num_pairs={num_pairs} must lie in [1, {NUM_KEYS}]: the keys of a sequence are distinct",
+                f"num_pairs={num_pairs} 必须在 [1, {NUM_KEYS}] 之内：一条序列里的键互不相同",
+            )
+        )
     keys = torch.argsort(torch.rand(batch_size, NUM_KEYS, generator=generator), dim=1)[:, :num_pairs]
     values = torch.randint(0, NUM_VALUES, (batch_size, num_pairs), generator=generator)
     order = torch.argsort(torch.rand(batch_size, num_pairs, generator=generator), dim=1)
@@ -218,7 +225,10 @@ def train(model: RecallModel, cfg: TrainConfig, progress=None) -> dict:
 
 def checkpoint_path(name: str, folder: Path | str = CHECKPOINT_DIR) -> Path:
     if name not in KINDS:
-        raise ValueError(f"unknown recall model {name!r}; known: {', '.join(KINDS)}")
+        known = ", ".join(KINDS)
+        raise ValueError(
+            pick(f"unknown recall model {name!r}; known: {known}", f"没有叫 {name!r} 的回忆模型；已有：{known}")
+        )
     return Path(folder) / f"recall_{name}.pt"
 
 
@@ -226,7 +236,11 @@ def load_model(name: str, device="cpu") -> RecallModel:
     """The committed model ``name`` ("linear" or "hybrid") in eval mode; ``checkpoint_meta`` holds its history."""
     path = checkpoint_path(name)
     if not path.exists():
-        raise ValueError(f"{path.name} is missing; run `make train` to create it")
+        raise ValueError(
+            pick(
+                f"{path.name} is missing; run `make train` to create it", f"缺少 {path.name}；运行 `make train` 生成它"
+            )
+        )
     checkpoint = torch.load(path, map_location=device, weights_only=True)
     config = checkpoint["config"]
     model = RecallModel(RecallConfig(**{**config, "layers": tuple(config["layers"])})).to(device)
@@ -255,9 +269,15 @@ def main(argv=None) -> int:
         torch.save(
             {"config": config_dict, "state_dict": model.state_dict(), "meta": meta}, checkpoint_path(name, args.out)
         )
-        print(f"{name}: accuracy by number of pairs {accs}, {time.process_time() - cpu_start:.1f} s of CPU")
+        seconds = time.process_time() - cpu_start
+        print(
+            pick(
+                f"{name}: accuracy by number of pairs {accs}, {seconds:.1f} s of CPU",
+                f"{name}：按键值对数的准确率 {accs}，CPU 时间 {seconds:.1f} 秒",
+            )
+        )
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -36,6 +36,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..lang import pick
+
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(sum(x^2) + eps) over the last axis: fla's (and Hugging Face's) normalisation of q and k."""
@@ -48,42 +50,104 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 def _check(q, k, v, g, beta, initial_state, per_channel: bool) -> None:
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            kind = type(t).__name__
+            raise ValueError(
+                pick(f"{name} must be a torch.Tensor, got {kind}", f"{name} 必须是 torch.Tensor，收到的是 {kind}")
+            )
         if not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor, got dtype {t.dtype}")
+            raise ValueError(
+                pick(
+                    f"{name} must be a floating tensor, got dtype {t.dtype}",
+                    f"{name} 必须是浮点张量，收到的 dtype 是 {t.dtype}",
+                )
+            )
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            hint = "; fla's layout puts the tokens before the heads: x.transpose(1, 2) from (B, H, T, d)"
-            raise ValueError(f"{name} must have shape [B, T, heads, head_dim], got {tuple(t.shape)}{hint}")
+            shape = tuple(t.shape)
+            raise ValueError(
+                pick(
+                    f"{name} must have shape [B, T, heads, head_dim], got {shape}; fla's layout puts the tokens before "
+                    "the heads: x.transpose(1, 2) from (B, H, T, d)",
+                    f"{name} 的形状必须是 [B, T, heads, head_dim]，收到的是 {shape}；fla 的布局把 token 放在头之前："
+                    "从 (B, H, T, d) 用 x.transpose(1, 2) 转过来",
+                )
+            )
     if q.shape != k.shape:
-        raise ValueError(f"q and k must have the same shape [B, T, H, K], got {tuple(q.shape)} and {tuple(k.shape)}")
+        qs, ks = tuple(q.shape), tuple(k.shape)
+        raise ValueError(
+            pick(
+                f"q and k must have the same shape [B, T, H, K], got {qs} and {ks}",
+                f"q 和 k 的形状必须相同 [B, T, H, K]，收到的是 {qs} 和 {ks}",
+            )
+        )
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        dtypes = f"{q.dtype}, {k.dtype}, {v.dtype}"
+        raise ValueError(
+            pick(f"q, k, v must share one dtype, got {dtypes}", f"q、k、v 的 dtype 必须相同，收到的是 {dtypes}")
+        )
     b, t, h, dk = q.shape
     if v.shape[:2] != (b, t):
-        raise ValueError(f"v must have shape [B={b}, T={t}, HV, V], got {tuple(v.shape)}")
+        vs = tuple(v.shape)
+        raise ValueError(
+            pick(
+                f"v must have shape [B={b}, T={t}, HV, V], got {vs}",
+                f"v 的形状必须是 [B={b}, T={t}, HV, V]，收到的是 {vs}",
+            )
+        )
     hv = v.shape[2]
     if hv % h != 0:
-        raise ValueError(f"the value heads HV={hv} must be a multiple of the query/key heads H={h}")
-    gate_shape = (b, t, hv, dk) if per_channel else (b, t, hv)
-    if tuple(g.shape) != gate_shape:
-        what = "one log-decay per key channel" if per_channel else "one log-decay per value head and token"
-        raise ValueError(f"g ({what}) must have shape {list(gate_shape)}, got {tuple(g.shape)}")
-    if tuple(beta.shape) != (b, t, hv):
-        raise ValueError(f"beta must have shape [B, T, HV] = {[b, t, hv]}, got {tuple(beta.shape)}")
-    if not bool((g <= 0).all()):  # also catches NaN
         raise ValueError(
-            "g is the log of the decay alpha = exp(g) <= 1, so every entry must be <= 0 (and not NaN); "
-            f"got max {g.max().item():.3g}. Did you pass alpha itself, or beta in g's place?"
-        )
-    if initial_state is not None:
-        if not isinstance(initial_state, torch.Tensor) or not initial_state.is_floating_point():
-            raise ValueError("initial_state must be a floating torch.Tensor of shape [B, HV, K, V]")
-        if tuple(initial_state.shape) != (b, hv, dk, v.shape[-1]):
-            raise ValueError(
-                f"initial_state must have shape [B, HV, K, V] = {[b, hv, dk, v.shape[-1]]}, "
-                f"got {tuple(initial_state.shape)}"
+            pick(
+                f"the value heads HV={hv} must be a multiple of the query/key heads H={h}",
+                f"值头数 HV={hv} 必须是查询/键头数 H={h} 的整数倍",
             )
+        )
+    gate_shape, gs = ((b, t, hv, dk) if per_channel else (b, t, hv)), tuple(g.shape)
+    if gs != gate_shape:
+        raise ValueError(
+            pick(
+                f"g ({'one log-decay per key channel' if per_channel else 'one log-decay per value head and token'}) "
+                f"must have shape {list(gate_shape)}, got {gs}",
+                f"g（{'每个键通道一个衰减的对数' if per_channel else '每个值头、每个 token 一个衰减的对数'}）"
+                f"的形状必须是 {list(gate_shape)}，收到的是 {gs}",
+            )
+        )
+    if tuple(beta.shape) != (b, t, hv):
+        bs = tuple(beta.shape)
+        raise ValueError(
+            pick(
+                f"beta must have shape [B, T, HV] = {[b, t, hv]}, got {bs}",
+                f"beta 的形状必须是 [B, T, HV] = {[b, t, hv]}，收到的是 {bs}",
+            )
+        )
+    if not bool((g <= 0).all()):  # also catches NaN
+        top = f"{g.max().item():.3g}"
+        raise ValueError(
+            pick(
+                "g is the log of the decay alpha = exp(g) <= 1, so every entry must be <= 0 (and not NaN); "
+                f"got max {top}. Did you pass alpha itself, or beta in g's place?",
+                "g 是衰减 alpha = exp(g) <= 1 的对数，所以每个元素都必须 <= 0（且不能是 NaN）；"
+                f"收到的最大值是 {top}。是不是把 alpha 本身、或者把 beta 传到了 g 的位置？",
+            )
+        )
+    if initial_state is None:
+        return
+    expected = [b, hv, dk, v.shape[-1]]
+    if not isinstance(initial_state, torch.Tensor) or not initial_state.is_floating_point():
+        raise ValueError(
+            pick(
+                f"initial_state must be a floating torch.Tensor of shape [B, HV, K, V] = {expected}",
+                f"initial_state 必须是形状为 [B, HV, K, V] = {expected} 的浮点 torch.Tensor",
+            )
+        )
+    if list(initial_state.shape) != expected:
+        got = tuple(initial_state.shape)
+        raise ValueError(
+            pick(
+                f"initial_state must have shape [B, HV, K, V] = {expected}, got {got}",
+                f"initial_state 的形状必须是 [B, HV, K, V] = {expected}，收到的是 {got}",
+            )
+        )
 
 
 def _prepare(q, k, v, g, beta, scale, initial_state, use_qk_l2norm_in_kernel, per_channel):
@@ -229,7 +293,12 @@ def _chunked(q, k, v, g, beta, state, chunk_size):
 
 def _check_chunk_size(chunk_size) -> None:
     if not (isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        raise ValueError(
+            pick(
+                f"chunk_size must be a positive int, got {chunk_size!r}",
+                f"chunk_size 必须是正整数，收到的是 {chunk_size!r}",
+            )
+        )
 
 
 def chunk_gated_delta_rule(

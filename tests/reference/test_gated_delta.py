@@ -310,3 +310,16 @@ def test_bad_state_and_chunk_size():
             chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=bad)
     with pytest.raises(ValueError, match=re.escape("g (one log-decay per key channel) must have shape [1, 5, 2, 4]")):
         recurrent_kda(q, k, v, g, beta)
+
+
+def test_a_chinese_learner_reads_the_error_in_chinese():
+    from course_utils import lang
+
+    q, k, v, g, beta, _ = _good()
+    try:
+        for language, wanted in (("en", "Did you pass alpha"), ("zh", "是不是把 alpha 本身")):
+            lang.set_language(language)
+            with pytest.raises(ValueError, match=wanted):
+                chunk_gated_delta_rule(q, k, v, g.exp(), beta)
+    finally:
+        lang.set_language(None)
