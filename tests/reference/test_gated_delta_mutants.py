@@ -5,7 +5,7 @@ AssertionError."""
 import pytest
 
 import course_utils.reference.gated_delta as gd
-from tests.grader_cases.gated_delta import MUTANTS
+from tests.grader_cases.gated_delta import REFERENCE_MUTANTS as MUTANTS
 from tests.reference import test_gated_delta as tests
 
 FIRST = tests.SHAPES[0]  # B 2, T 37, H 3, chunk 16: T not divisible by the chunk
