@@ -165,7 +165,8 @@ check-twins: $(STAMP)
 	$(PY) -m authoring.twins check
 
 grade: $(STAMP)
-	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds
+	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds (2: nothing to grade)
+	@# SUBMISSIONS: a folder of files, or nbgrader's collected folder (submitted/, a folder per learner)
 	@# GRADE_ARGS passes more, e.g. GRADE_ARGS="--lang zh --exercise mha --timeout 60" (see --help)
 	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS) || test $$? -eq 1
 

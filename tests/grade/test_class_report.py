@@ -13,14 +13,47 @@ Outcome, Learner = class_report.Outcome, class_report.Learner
 
 
 def _class():
-    wrong = Outcome(1.0, 2, False, "scale_no_sqrt", "scores not divided by √d")
-    other = Outcome(0.0, 2, False, "softmax_wrong_dim", "softmax over the queries")
+    wrong = Outcome(1.0, 2, False, "scale_no_sqrt", "scores not divided by √d", named=True)
+    other = Outcome(0.0, 2, False, "softmax_wrong_dim", "softmax over the queries", named=True)
     return [
         Learner("alice.py", 3.0, {"mha": wrong, "gqa": Outcome(2, 2, True)}),
         Learner("<script>alert(1)</script>.py", 9.0, {"mha": wrong}),
         Learner("carol.py", 1.0, {"mha": other, "gqa": Outcome(2, 2, True)}),
         Learner("dave.py", 0.5, {}, error="could not be read"),
     ]
+
+
+def _did_not_run():
+    """Learners whose code did not run, or matched no known mistake: none of it a mistake the grader named."""
+    return [
+        Learner("erin, the second.py", 30.0, {"mha": Outcome(0.0, 2, False, "timeout", "stopped: too slow")}),
+        Learner("frank.py", 2.0, {"mha": Outcome(0.0, 2, False, "crashed", "the run crashed")}),
+        Learner("gina.py", 2.0, {"mha": Outcome(0.0, 2, False, "not_implemented", "not implemented yet")}),
+        Learner("hal.py", 2.0, {"mha": Outcome(0.5, 2, False, "wrong_values", "wrong values")}),
+    ]
+
+
+def test_did_not_run_is_not_ranked_among_the_mistakes():
+    learners = _class() + _did_not_run()
+    assert {key for _, key, _, _ in class_report.mistakes(learners)} == {"scale_no_sqrt", "softmax_wrong_dim"}
+    unrun = {key: names for _, key, _, names in class_report.mistakes(learners, named=False)}
+    assert unrun == {
+        "timeout": ["erin, the second.py"],
+        "crashed": ["frank.py"],
+        "not_implemented": ["gina.py"],
+        "wrong_values": ["hal.py"],
+    }
+    page = class_report.render(learners, ["mha", "gqa"], "en")
+    named, rest = page.split("Did not run, or no named mistake")
+    assert "stopped: too slow" not in named and "stopped: too slow" in rest and "scores not divided" in named
+    # one name per line: a comma in a name never reads as two learners
+    assert "<li>erin, the second.py</li>" in rest
+
+
+def test_the_report_counts_what_the_terminal_counts():
+    page = class_report.render(_class() + _did_not_run(), ["mha", "gqa"], "en")
+    # cli.graded: passed everything, did not, could not be graded (the learner with an error)
+    assert "8 submissions: 0 passed everything, 7 did not, 1 could not be graded." in page
 
 
 def test_mistakes_are_ranked_by_learners_and_name_who_shares_them():
@@ -64,6 +97,27 @@ def test_the_figures_pass_the_course_figure_check(lang):
         [{"exercise": "mha", "time": 0, "passed": True, "checks_passed": 7, "checks_total": 7}]
     )
     assert figure_problems(history.figure(progress, lang), chinese) == []
+
+
+def test_the_figure_is_large_enough_to_read_and_its_legend_shows_what_is_drawn():
+    counts = class_report.distribution(_class()[:3], ["mha"])  # all three submitted mha: no "not submitted" bar
+    fig = class_report.distribution_figure(counts, "en")
+    (ax,) = fig.axes
+    assert fig.get_size_inches()[0] >= class_report.FIGURE_WIDTH
+    assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= 12
+    legend = {
+        t.get_text(): h.get_facecolor()
+        for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True)
+    }
+    assert "not submitted" not in legend and set(legend) == {"some checks", "no check passed"}
+    from matplotlib.colors import to_rgba
+
+    assert legend["some checks"] == to_rgba(class_report.BAND_COLOURS["partial"])
+
+
+def test_long_names_wrap_instead_of_widening_the_page():
+    page = class_report.render([Learner("x" * 300 + ".py", 1.0, {}, error="unreadable")], ["mha"], "en")
+    assert 'class="name"' in page and "overflow-wrap: anywhere" in page
 
 
 def test_the_figure_has_its_labels_in_the_language():

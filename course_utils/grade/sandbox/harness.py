@@ -47,7 +47,7 @@ def main(result_fd: int) -> None:
     plan = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)
     sys.stdin.close()
     torch.set_num_threads(1)
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGPROF, alarm)  # the CPU time the learner's code uses, not the wall clock
     timeout = float(plan["cell_timeout"])
     import course_utils.grade as learner_grade  # the learner-side check(): it only records requests
 
@@ -80,11 +80,11 @@ def main(result_fd: int) -> None:
         kind = "function" if spec.get("function") else "class"
         searched = cls if isinstance(cls, dict) else namespace  # check("id", globals()): as it was at the call
         if isinstance(cls, dict) or (spec.get("dialects") and not isinstance(cls, type)):
-            signal.setitimer(signal.ITIMER_REAL, timeout)  # interview mode: any nn.Module the file defines
+            signal.setitimer(signal.ITIMER_PROF, timeout)  # interview mode: any nn.Module the file defines
             try:
                 cls, found = class_in(searched, spec, learner_files)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_PROF, 0)
             if cls is None:
                 if found:
                     missing(
@@ -106,7 +106,7 @@ def main(result_fd: int) -> None:
             else:
                 missing(entry, ("no_" if cls is None else "not_") + kind, name=spec["class"])
             continue
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.setitimer(signal.ITIMER_PROF, timeout)
         try:
             entry["records"] = run_exercise(cls, spec, learner_files)
         except BaseException as exc:  # noqa: BLE001
@@ -114,7 +114,7 @@ def main(result_fd: int) -> None:
             d = describe_exception(exc, learner_files)
             missing(entry, "stopped", exercise=ex, message=d["said"] or d["message"])
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     for ex, spec in plan.get("models", {}).items():  # the capstone: fn(model) -> (layer, head) on trained GPTs
         fn = requested.get(ex, namespace.get(spec["function"]))
         if isinstance(fn, dict):  # check("id", globals())
