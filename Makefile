@@ -53,7 +53,7 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
-	@echo "make progress     your own progress through the exercises (recorded by each check(), on this machine only)"
+	@echo "make progress     your own progress through the exercises (recorded by each check() where the kernel runs)"
 	@echo "make progress-clear   delete that record"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
