@@ -2,6 +2,7 @@
 (next to source/). The README's "For instructors" section walks through the whole workflow;
 tests/nbgrader/test_roundtrip.py runs it with this file.
 """
+
 from nbgrader.converters import GenerateAssignment
 from nbgrader.preprocessors import ClearSolutions
 
@@ -29,5 +30,7 @@ class ClearSolutionsKeepRunAll(ClearSolutions):
         return replaced
 
 
-c.GenerateAssignment.preprocessors = [ClearSolutionsKeepRunAll if p is ClearSolutions else p
-                                      for p in GenerateAssignment.class_traits()["preprocessors"].default()]
+c.GenerateAssignment.preprocessors = [
+    ClearSolutionsKeepRunAll if p is ClearSolutions else p
+    for p in GenerateAssignment.class_traits()["preprocessors"].default()
+]

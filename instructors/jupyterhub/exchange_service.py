@@ -221,7 +221,8 @@ def main() -> int:
     store = Path(os.environ["ATTN_EXCHANGE_STORE"])
     instructors = {n.strip() for n in os.environ.get("ATTN_INSTRUCTORS", "").split(",") if n.strip()}
     app = make_app(store, instructors, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/exchange/"))
-    HTTPServer(app, max_body_size=MAX_BODY).listen(url.port, url.hostname)
+    # where it listens: the URL's host (127.0.0.1 on one machine); on Kubernetes every address of the hub's pod
+    HTTPServer(app, max_body_size=MAX_BODY).listen(url.port, os.environ.get("ATTN_EXCHANGE_BIND", url.hostname))
     print(f"nbgrader exchange service on {url.geturl()}, store {store}", file=sys.stderr, flush=True)
     ioloop.IOLoop.current().start()
     return 0

@@ -59,6 +59,29 @@ def copy_python(prefix: Path) -> Path:
     return target / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
+IMAGE_FILES = ["binder", "etc", "pyproject.toml", "requirements.txt", "requirements-nbgrader.txt"]
+
+
+def image_source(target: Path) -> Path:
+    """What repo2docker builds Zero to JupyterHub's image from: the learners' material, binder/ (with nbgrader added
+    for the assignment list) and, in etc/jupyter (which binder/postBuild installs), the exchange's nbgrader settings.
+    No solutions, tests, git history or instructors' folder: everything in the image is readable in every pod."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for name in LEARNER_MATERIAL + IMAGE_FILES:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=NOT_COPIED)
+        else:
+            shutil.copy2(source, target / name)
+    with open(target / "binder" / "requirements.txt", "a") as fh:
+        fh.write("# the workshop's image: nbgrader's assignment list and the exchange service's client\nnbgrader\n")
+    for name in ("nbgrader_config.py", "attn_exchange.py"):
+        shutil.copy2(HERE / name, target / "etc" / "jupyter" / name)
+    return target
+
+
 def run(*cmd, **kwargs):
     print("+", " ".join(map(str, cmd)), flush=True)
     subprocess.run(list(map(str, cmd)), check=True, **kwargs)
@@ -71,7 +94,16 @@ def main(argv=None) -> int:
     parser.add_argument("--without-triton", action="store_true", help="leave triton out (notebook 14 needs it)")
     parser.add_argument("--torch-index", default="", help="pip index for torch (e.g. PyTorch's CPU index)")
     parser.add_argument("--chp-version", default="5.3.0", help="configurable-http-proxy's version (npm)")
+    parser.add_argument(
+        "--image-source",
+        type=Path,
+        metavar="DIR",
+        help="only write what repo2docker builds Zero to JupyterHub's image from into DIR (see z2jh-values.yaml)",
+    )
     args = parser.parse_args(argv)
+    if args.image_source:
+        print(f"the image's source is in {image_source(args.image_source.resolve())}")
+        return 0
     if sys.version_info < (3, 11, 5):
         parser.error(f"the pinned packages need Python >= 3.11.5; this is {sys.version.split()[0]}")
     prefix = args.prefix.resolve()
