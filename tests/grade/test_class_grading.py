@@ -178,3 +178,19 @@ def test_the_same_memory_verdict_on_every_run(tmp_path, monkeypatch):
     assert len(verdicts) == 1, verdicts
     (verdict,) = verdicts
     assert "more than 1024 MiB" in verdict, verdict
+
+
+def test_feedback_names_no_folder_of_the_instructors(tmp_path):
+    import course_utils
+    from course_utils.grade.escape import markdown
+
+    venv = sys.prefix
+    said = f"error in {venv}/lib/python3.11/site-packages/torch/nn/functional.py and {course_utils.__file__}"
+    shown = markdown(said)
+    assert venv not in shown and str(Path(course_utils.__file__).parent) not in shown
+    assert "&lt;python&gt;/lib/python3.11/site-packages/torch/nn/functional.py" in shown
+    path = tmp_path / "paths.py"
+    path.write_text(f"raise RuntimeError({said!r})\n")
+    report = runner.grade_file(path, ["mha"], sandboxed=False)
+    feedback = batch.feedback_markdown("paths.py", report, "en")
+    assert venv not in feedback and "&lt;python&gt;" in feedback
