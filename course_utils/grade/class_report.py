@@ -109,10 +109,11 @@ def distribution_figure(counts: dict, lang: str):
     from ..viz import cjk_font
 
     exercises = list(counts)
-    style = {"font.size": FONT_SIZE}
-    if lang == "zh" and cjk_font():
-        style["font.family"] = ["DejaVu Sans", cjk_font()]
-    with plt.rc_context(style):
+    chinese = lang == "zh" and cjk_font()
+    with (
+        plt.rc_context({"font.size": FONT_SIZE}),
+        plt.rc_context({"font.family": ["DejaVu Sans", cjk_font()]} if chinese else {}),
+    ):
         fig, ax = plt.subplots(figsize=(max(FIGURE_WIDTH, 0.9 * len(exercises) + 4.0), 4.8))
         _draw_distribution(ax, counts, exercises, lang)
         fig.tight_layout()
