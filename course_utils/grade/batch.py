@@ -289,7 +289,7 @@ def grade_folder(
             i = futures[future]
             reports[i] = future.result()
             if progress is not None:
-                progress(done, len(files), files[i].name, reports[i])
+                progress(done, len(files), os.fsdecode(files[i].relative_to(submissions)), reports[i])
     # each submission by its path in the folder ("alice/workshop/04.ipynb", or "alice.py"): unique in the batch
     graded = [(os.fsdecode(p.relative_to(submissions)), rep) for p, rep in zip(files, reports, strict=False)]
 

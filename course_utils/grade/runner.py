@@ -37,6 +37,11 @@ TEXTS: dict[str, tuple[str, str]] = {
         "grading stopped after {seconds:g} s of computing, or {wall:g} s in all (an infinite loop?)",
         "评分被终止：计算超过了 {seconds:g} 秒，或总共超过了 {wall:g} 秒（是不是有死循环？）",
     ),
+    "run.near_memory": (
+        "stopped while holding {peak} MiB of its {limit} MiB memory limit: it kept allocating (a huge allocation "
+        "in forward?)",
+        "被终止时占用了 {peak} MiB 内存（上限 {limit} MiB）：它在不停地分配内存（forward 里有巨大的分配？）",
+    ),
     "run.tried_memory": (
         "the submission tried to use more than {limit} MiB of memory (its allocation was refused)",
         "这份提交试图使用超过 {limit} MiB 的内存（分配被拒绝了）",
@@ -270,14 +275,19 @@ def grade_file(
         else:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_result(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
+            report.results += [
+                _result(ex, data, graded[ex.id], imports, report.notes, report.peak_memory) for ex in on_cases
+            ]
     for ex in models:
         left = max(1.0, deadline - time.monotonic())
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 
 
-def _result(ex: Exercise, data, graded, imports, notes):
+NEAR_MEMORY = 0.75  # a run stopped for time after holding this share of its memory total is told about its memory
+
+
+def _result(ex: Exercise, data, graded, imports, notes, peak: int = 0):
     """The Result of ``ex`` from what the child sent (``data``): the verdict on its records, or why there is none."""
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
@@ -290,6 +300,8 @@ def _result(ex: Exercise, data, graded, imports, notes):
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
         stopped = _stopped(missing)
+        if stopped == "timeout" and peak >= limits.MEMORY_TOTAL * NEAR_MEMORY:  # the time went into allocating
+            return failure(ex, "crashed", Msg("run.near_memory", peak=peak >> 20, limit=limits.MEMORY_TOTAL >> 20))
         if stopped:  # the class was found and ran, but did not finish: it did not run, it is not missing
             return failure(ex, stopped, missing)
         if any(_allocation_refused(n) for n in notes):  # the cell that defines it ran out of memory

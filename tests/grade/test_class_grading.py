@@ -37,8 +37,12 @@ def test_nbgraders_collected_layout_is_graded_a_learner_per_folder(tmp_path):
         (folder / "answer.py").write_text(code)
         (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")  # nbgrader's, not a submission
     (submitted / "carol" / "workshop").mkdir(parents=True)  # collected, but nothing in it
-    graded, skipped, failed = batch.grade_folder(submitted, tmp_path / "g", exercises=["mha"], trusted=True)
+    shown = []  # what the terminal's progress names: the learner's path, not the notebook's name they all share
+    graded, skipped, failed = batch.grade_folder(
+        submitted, tmp_path / "g", exercises=["mha"], trusted=True, progress=lambda d, c, name, r: shown.append(name)
+    )
     assert [name for name, _ in graded] == ["alice/workshop/answer.py", "bob/workshop/answer.py"] and not failed
+    assert sorted(shown) == ["alice/workshop/answer.py", "bob/workshop/answer.py"]
     assert [name for name, _ in skipped] == ["carol"]
     rows = {r["learner"]: r for r in _rows(tmp_path / "g")}
     assert set(rows) == {"alice", "bob"}
@@ -194,3 +198,16 @@ def test_feedback_names_no_folder_of_the_instructors(tmp_path):
     report = runner.grade_file(path, ["mha"], sandboxed=False)
     feedback = batch.feedback_markdown("paths.py", report, "en")
     assert venv not in feedback and "&lt;python&gt;" in feedback
+
+
+@pytest.mark.requires_sandbox
+def test_a_forward_that_keeps_allocating_is_told_about_memory_not_time(tmp_path, monkeypatch):
+    # each call holds more than the total allows; the cases call it again and again: the verdict names the memory
+    # (the total reached, or, where the address-space cap refuses first, the memory it held when its time ran out)
+    monkeypatch.setattr(limits, "MEMORY_TOTAL", 2 << 30)
+    hog = "        hog = [b'x' * (64 << 20) for _ in range(80)]\n"
+    path = tmp_path / "hog.py"
+    path.write_text(MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + hog, 1))
+    (result,) = runner.grade_file(path, ["mha"]).results
+    said = result.report()
+    assert result.diagnosis == "crashed" and "2048 MiB" in said and "memory" in said and "timed out" not in said, said
