@@ -347,7 +347,7 @@ def test_cli_batch_in_chinese(tmp_path):
     with open(tmp_path / "g" / "grades.csv", encoding="utf-8") as fh:
         (row,) = list(csv.DictReader(fh))
     # the columns keep their names for tools; the status in words, the machine key beside it
-    assert list(row) == ["learner", "mha", "total", "max", "fraction", "status", "key", "feedback"]
+    assert list(row) == ["learner", "learner_key", "mha", "total", "max", "fraction", "status", "key", "feedback"]
     assert row["status"].startswith("mha：注意力分数除以了 √d_out") and row["key"] == "mha:scale_d_out"
     assert (tmp_path / "g" / "skipped.txt").read_text(encoding="utf-8") == "notes.txt：不是提交文件（.py 或 .ipynb）\n"
 
