@@ -15,15 +15,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from . import class_report, names
-from .diagnose import failure
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
-from .messages import CATALOGUE, Msg, add_texts, joined, resolve, text
+from .exercises import mistake_said
+from .messages import Msg, joined, resolve, text
 from .names import feedback_name, shown
 from .points import points
+from .protocol import failure
 from .runner import SubmissionReport, grade_file
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "batch.title": ("# Feedback for {name}", "# {name} 的评分反馈"),
     "batch.not_graded": ("**Not graded:** {error}", "**未评分：**{error}"),
@@ -78,7 +79,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "cli.skipped_line": ("{name}: {why}", "{name}：{why}"),
 }
-add_texts(TEXTS)
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 
@@ -120,10 +120,10 @@ def feedback_markdown(name: str, report, lang: str | None = None) -> str:
 def _words(r) -> Msg:
     """A failed exercise's status in words: the mistake it makes, or what kind of failure it is."""
     key = r.diagnosis or "other"
-    for name in ("mutant." + key, "status." + key):
-        if name in CATALOGUE:
-            return Msg(name)
-    return Msg("status.other")
+    said = mistake_said(key)
+    if said is not None:
+        return said
+    return Msg("status." + key) if "status." + key in TEXTS else Msg("status.other")
 
 
 def status(report, lang: str | None = None) -> str:
@@ -149,7 +149,7 @@ def status_key(report) -> str:
 def named_mistake(key: str | None) -> bool:
     """Whether a diagnosis names a mistake (a mutant of the catalogue) rather than says the code did not run, was
     not there, or computed something no known mistake explains."""
-    return bool(key) and "mutant." + str(key) in CATALOGUE
+    return bool(key) and mistake_said(str(key)) is not None
 
 
 def class_rows(graded, lang: str) -> list:

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from ..lang import LANGUAGES, current_language, normalize_language, pick
 from .escape import one_line, printable
-from .messages import CATALOGUE
 
 HISTORY_ENV = "ATTN_HISTORY"
 # records written before "named" was: what no named mistake is (the code did not run, was not there, or matched no
@@ -89,7 +88,7 @@ def record(result, now: float | None = None, session: float | None = None) -> bo
     path = history_file()
     if path is None or _instructor_run():
         return False
-    from . import exercises  # noqa: F401 - every exercise's mistakes in the catalogue (loaded already by check())
+    from .exercises import mistake_said  # the exercises' mistakes (loaded already by check())
 
     first = result.messages[0] if result.messages and not result.passed else None
     mistake = None if result.passed else (result.diagnosis or "failed")
@@ -102,7 +101,7 @@ def record(result, now: float | None = None, session: float | None = None) -> bo
         "checks_total": result.checks_total,
         "mistake": mistake,
         # a misconception the grader names, not "not implemented yet", "timed out" or "matches no known mistake"
-        "named": mistake is not None and "mutant." + mistake in CATALOGUE,
+        "named": mistake is not None and mistake_said(mistake) is not None,
         "mistake_en": None if first is None else _render(first, "en"),
         "mistake_zh": None if first is None else _render(first, "zh"),
     }
