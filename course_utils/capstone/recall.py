@@ -29,7 +29,7 @@ from torch import nn
 from ..lang import pick
 from ..reference.gated_delta import chunk_gated_delta_rule, recurrent_gated_delta_rule
 from ..reference.multihead import MultiHeadAttention
-from .induction import CHECKPOINT_DIR, ProgressBar
+from .induction import CHECKPOINT_DIR, ProgressBar, TrainConfig, _lr
 
 NUM_KEYS, NUM_VALUES = 64, 64
 MIN_PAIRS, MAX_PAIRS = 4, 64
@@ -165,26 +165,9 @@ def accuracy(model: RecallModel, batch: RecallBatch) -> float:
 # ----------------------------------------------------------------------------------------------------------- training
 
 
-@dataclass
-class TrainConfig:
-    """AdamW with a linear warmup and a cosine decay to 10%, fresh batches whose number of pairs is drawn per step."""
-
-    steps: int = 600
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 0.01
-    warmup: int = 50
-    seed: int = 0
-    eval_every: int = 50
-    eval_size: int = 256
-
-
-TRAINING = TrainConfig()
-
-
-def _lr(step: int, cfg: TrainConfig) -> float:
-    warm = min(1.0, (step + 1) / cfg.warmup)
-    return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
+# induction's recipe (AdamW, a linear warmup, a cosine decay to 10%, fresh batches), its own numbers; the number of
+# pairs is drawn per step. head_penalty stays 0: the group lasso is the capstone's.
+TRAINING = TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=50, eval_every=50)
 
 
 def eval_batches(size: int, seed: int = 10_000) -> dict[int, RecallBatch]:
