@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -224,7 +225,7 @@ def mutants() -> list:
     """Known-wrong variants, most specific first. A mistake in the recurrence's loop twice: in the recurrence alone
     (the learner's chunked form right), and in the chunk_size cases too (computed through that recurrence)."""
     ok = DeltaVariant()
-    loop = [
+    loop: list[tuple[Mistake, dict[str, Any]]] = [
         (M_NO_DELTA, dict(delta=False)),
         (M_NO_DELTA, dict(delta=False, beta="dropped")),
         (M_BETA_MISSING, dict(beta="none")),
@@ -234,7 +235,7 @@ def mutants() -> list:
         (M_DECAY_IS_G, dict(decay="g")),
         (M_READ_BEFORE, dict(read="before")),
     ]
-    shared = [
+    shared: list[tuple[Mistake, dict[str, Any]]] = [
         (M_KEYS_RAW, dict(normalise="none")),
         (M_KEYS_RAW, dict(normalise="q_only")),
         (M_QUERIES_RAW, dict(normalise="k_only")),
@@ -242,7 +243,7 @@ def mutants() -> list:
         (M_STATE_TRANSPOSED, dict(state="transposed")),
         (M_IN_PLACE, dict(in_place=True)),
     ]
-    stretch = [
+    stretch: list[tuple[Mistake, dict[str, Any]]] = [
         (M_SYSTEM_DIAGONAL, dict(system_diagonal=True)),
         (M_READ_DIAGONAL, dict(read_diagonal=False)),
         (M_W_DECAY, dict(w_decay=False)),
