@@ -171,6 +171,18 @@ LABELS = {
     "ulysses": "Ulysses（按头切分）",
     "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
+    # 17
+    "training step": "训练步数",
+    "indexer warm-up loss": "索引器预热的损失",
+    "recall of the dense top-4": "对稠密注意力前 4 个键的召回率",
+    "keys the indexer keeps": "索引器留下的键",
+    "bits per number": "每个数的比特数",
+    "error of a decoding step's output": "一步解码输出的误差",
+    "KIVI (keys per channel, window 32)": "KIVI（键逐通道，窗口 32）",
+    "keys per channel, no window": "键逐通道，无窗口",
+    "keys per token": "键逐 token",
+    "bytes per token and K/V head": "每个 token、每个 K/V 头的字节数",
+    "head_dim 128, groups of 32 (green: KIVI, gray: float16)": "head_dim 128，每组 32（绿色：KIVI，灰色：float16）",
 }
 
 PATTERNS = [
