@@ -182,7 +182,8 @@ LABELS = {
     "keys per channel, no window": "键逐通道，无窗口",
     "keys per token": "键逐 token",
     "bytes per token and K/V head": "每个 token、每个 K/V 头的字节数",
-    "head_dim 128, groups of 32 (green: KIVI, gray: float16)": "head_dim 128，每组 32（绿色：KIVI，灰色：float16）",
+    "bytes a token costs: head_dim 128, groups of 32": "一个 token 的字节数：head_dim 128，每组 32",
+    "share of layer 1's attention (p)": "第 1 层注意力的占比（p）",
 }
 
 PATTERNS = [
@@ -234,6 +235,11 @@ PATTERNS = [
             ),
         ),
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+        (
+            r"^(warmed-up|untrained) indexer, top-(\d+): red frames = the keys it keeps$",
+            lambda m: {"warmed-up": "预热过的", "untrained": "未训练的"}[m.group(1)]
+            + f"索引器，前 {m.group(2)} 个：红框 = 它留下的键",
+        ),
         (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
         (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
         (
