@@ -184,6 +184,8 @@ LABELS = {
     "bytes per token and K/V head": "每个 token、每个 K/V 头的字节数",
     "bytes a token costs: head_dim 128, groups of 32": "一个 token 的字节数：head_dim 128，每组 32",
     "share of layer 1's attention (p)": "第 1 层注意力的占比（p）",
+    "KL(p || softmax(I))": "KL 散度 KL(p || softmax(I))",
+    "float16": "float16（半精度）",
 }
 
 PATTERNS = [
