@@ -172,7 +172,6 @@ LABELS = {
     "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
     # 17
-    "training step": "训练步数",
     "indexer warm-up loss": "索引器预热的损失",
     "recall of the dense top-4": "对稠密注意力前 4 个键的召回率",
     "keys the indexer keeps": "索引器留下的键",
@@ -239,8 +238,10 @@ PATTERNS = [
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
         (
             r"^(warmed-up|untrained) indexer, top-(\d+): red frames = the keys it keeps$",
-            lambda m: {"warmed-up": "预热过的", "untrained": "未训练的"}[m.group(1)]
-            + f"索引器，前 {m.group(2)} 个：红框 = 它留下的键",
+            lambda m: (
+                {"warmed-up": "预热过的", "untrained": "未训练的"}[m.group(1)]
+                + f"索引器，前 {m.group(2)} 个：红框 = 它留下的键"
+            ),
         ),
         (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
         (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
