@@ -66,3 +66,32 @@ def test_the_solution_notebook_passes():
     cells = json.loads((ROOT / "solutions" / "17_dsa_indexer.ipynb").read_text())["cells"]
     src = "import math\nimport torch\n" + "".join(next(c["source"] for c in cells if c.get("id") == "solution"))
     assert grade_class(EX, load(src, "dsa_attention")).passed
+
+
+def test_delegating_to_course_utils_is_refused():
+    from tests.grader_cases.dsa_indexer import DSA_REFERENCE
+
+    src = DSA_REFERENCE.replace(
+        "    B, H, T, d = q.shape\n",
+        "    import course_utils\n    return course_utils.dsa_attention(q, k, v, q_idx, k_idx, weights, top_k)\n",
+        1,
+    )
+    refused = grade_class(EX, load(src, "dsa_attention"))
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+@pytest.mark.requires_sandbox
+def test_graded_in_the_sandbox(tmp_path):
+    """Submissions as files, through the sandboxed runner: the same verdicts as in the notebook's kernel."""
+    from course_utils.grade import runner
+    from tests.grader_cases.dsa_indexer import DSA_ALTERNATIVES, DSA_MUTANTS, DSA_REFERENCE
+    from tests.grader_cases.implementations import mutate
+
+    subs = {"ref": DSA_REFERENCE, "alt": DSA_ALTERNATIVES["sort_and_sdpa"]}
+    for key, edits in DSA_MUTANTS:
+        subs[key] = edits if isinstance(edits, str) else mutate(DSA_REFERENCE, edits)
+    for name, src in subs.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("dsa_indexer", dsa_attention)\n')
+        result = runner.grade_file(path, sandboxed=True).results[0]
+        assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()

@@ -64,3 +64,32 @@ def test_the_solution_notebook_passes():
     cells = json.loads((ROOT / "solutions" / "17_kv_quant.ipynb").read_text())["cells"]
     src = "import math\nimport torch\n" + "".join(next(c["source"] for c in cells if c.get("id") == "solution"))
     assert grade_class(EX, load(src, "kivi_quantize")).passed
+
+
+def test_delegating_to_course_utils_is_refused():
+    from tests.grader_cases.kv_quant import KIVI_REFERENCE
+
+    src = KIVI_REFERENCE.replace(
+        "    T = keys.shape[2]\n",
+        "    import course_utils\n    return course_utils.kivi_quantize(keys, values, bits, group_size, residual)\n",
+        1,
+    )
+    refused = grade_class(EX, load(src, "kivi_quantize"))
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+@pytest.mark.requires_sandbox
+def test_graded_in_the_sandbox(tmp_path):
+    """Submissions as files, through the sandboxed runner: the same verdicts as in the notebook's kernel."""
+    from course_utils.grade import runner
+    from tests.grader_cases.implementations import mutate
+    from tests.grader_cases.kv_quant import KIVI_ALTERNATIVES, KIVI_MUTANTS, KIVI_REFERENCE
+
+    subs = {"ref": KIVI_REFERENCE, "alt": KIVI_ALTERNATIVES["loops_and_cat"]}
+    for key, edits in KIVI_MUTANTS:
+        subs[key] = edits if isinstance(edits, str) else mutate(KIVI_REFERENCE, edits)
+    for name, src in subs.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("kv_quant", kivi_quantize)\n')
+        result = runner.grade_file(path, sandboxed=True).results[0]
+        assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
