@@ -84,7 +84,7 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json) etc/uv
 		inst="$(abspath $(UV_BOOTSTRAP))/bin/uv"; echo "== 1/4 installer: $$("$$inst" --version) ($(UV_BOOTSTRAP))"; \
 	else \
 		echo "== 1/4 installer: $(UV_PIN) from the package index into $(UV_BOOTSTRAP) (about 20 MB; INSTALLER=pip skips it)"; \
-		if $(PY) -m pip install -q $(PIP_ARGS) --target "$(UV_BOOTSTRAP)" "$(UV_PIN)" && \
+		if $(PY) -m pip install $(PIP_ARGS) --target "$(UV_BOOTSTRAP)" "$(UV_PIN)" && \
 			"$(UV_BOOTSTRAP)/bin/uv" --version >/dev/null 2>&1; then \
 			inst="$(abspath $(UV_BOOTSTRAP))/bin/uv"; \
 		else \
