@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from . import class_report
+from . import class_report, jail
 from .diagnose import failure
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
@@ -229,13 +229,17 @@ def grade_folder(
         return report
 
     reports: list = [None] * len(files)
-    with ThreadPoolExecutor(max_workers=workers) as pool:  # each submission is its own sandboxed process
-        futures = {pool.submit(one, item): item[0] for item in enumerate(files)}
-        for done, future in enumerate(as_completed(futures), start=1):
-            i = futures[future]
-            reports[i] = future.result()
-            if progress is not None:
-                progress(done, len(files), files[i].name, reports[i])
+    # each submission is its own sandboxed process: a fork server's child (one server per worker), or its own sandbox
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(one, item): item[0] for item in enumerate(files)}
+            for done, future in enumerate(as_completed(futures), start=1):
+                i = futures[future]
+                reports[i] = future.result()
+                if progress is not None:
+                    progress(done, len(files), files[i].name, reports[i])
+    finally:
+        jail.close_servers()
     graded = [(p.name, rep) for p, rep in zip(files, reports, strict=False)]
 
     seen = [r.exercise for _, rep in graded for r in rep.results]

@@ -12,13 +12,16 @@ course's reference code is mounted in the sandbox: only ``sandbox/`` and the lea
 from __future__ import annotations
 
 import ast
+import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from . import limits
@@ -153,6 +156,44 @@ def _ro_bind_with_parents(path: str, made: set) -> list:
 
 def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int, slot: int) -> list:
     """The bwrap command line that runs the harness on one submission."""
+    cmd = _sandbox(
+        lib,
+        [
+            "--perms",
+            "0777",
+            "--size",
+            str(PRIVATE_DIR_SIZE),
+            "--tmpfs",
+            "/submission",
+            "--file",
+            str(submission_fd),
+            f"/submission/{submission_name}",
+            "--chdir",
+            "/submission",
+        ],
+    )
+    if os.geteuid() == 0:
+        uid = str(sandbox_uid(slot))
+        cmd += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+    return cmd + [_python(), "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
+
+
+def _python() -> str:
+    return os.path.join(sys.prefix, "bin", "python3")
+
+
+def _sandbox(lib: Path, submission: list) -> list:
+    """bwrap's arguments up to the command it runs: the mounts, the namespaces, the environment; ``submission``:
+    what /submission is."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
     cmd = [
@@ -185,7 +226,6 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
         cmd += _ro_bind_with_parents(prefix, made)
     if os.path.realpath(sys.prefix) != sys.prefix:  # the venv reached through a link
         cmd += _ro_bind_with_parents(sys.prefix, made)
-    python = os.path.join(sys.prefix, "bin", "python3")
     cmd += [
         "--ro-bind",
         str(lib),
@@ -200,17 +240,7 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
         str(PRIVATE_DIR_SIZE),
         "--tmpfs",
         "/dev/shm",  # else unbounded
-        "--perms",
-        "0777",
-        "--size",
-        str(PRIVATE_DIR_SIZE),
-        "--tmpfs",
-        "/submission",
-        "--file",
-        str(submission_fd),
-        f"/submission/{submission_name}",
-        "--chdir",
-        "/submission",
+        *submission,
         "--clearenv",
         "--setenv",
         "PATH",
@@ -235,19 +265,7 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
         "1",
         "--",
     ]  # no GPU in here: exercise 14's kernels run interpreted
-    if os.geteuid() == 0:
-        uid = str(sandbox_uid(slot))
-        cmd += [
-            "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-        ]
-    return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
+    return cmd
 
 
 def sandbox_uid(slot: int) -> int:
@@ -314,7 +332,26 @@ def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None 
 def run(
     submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True, with_model: bool = False
 ) -> Outcome:
-    """Run the harness on ``submission`` with ``plan``; the submission itself is only read."""
+    """Run the harness on ``submission`` with ``plan``; the submission itself is only read. In the sandbox, a
+    child of a fork server (``ForkServer``) where one can be had, else a sandbox started for this submission alone
+    (the capstone's grading, with its own mounts, always)."""
+    if sandboxed and not with_model and fork_servers_wanted():
+        server = _servers.take()
+        if server is not None:
+            try:
+                outcome = server.run(submission, plan, timeout=timeout)
+            except ServerGone:  # the server itself failed (never the submission): this one is graded alone
+                server.close()
+            else:
+                _servers.give_back(server)
+                return outcome
+    return _run_alone(submission, plan, timeout=timeout, slot=slot, sandboxed=sandboxed, with_model=with_model)
+
+
+def _run_alone(
+    submission: Path, plan: bytes, *, timeout: float, slot: int, sandboxed: bool, with_model: bool
+) -> Outcome:
+    """One process for this submission: a bubblewrap sandbox, or (trusted) a plain child process."""
     result_r, result_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
         lib = build_lib(Path(tmp) / "lib", with_model)
@@ -395,3 +432,255 @@ def _kill_group(proc):
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+# ------------------------------------------------------------------------------------------------------
+# fork servers: one sandbox per grading worker that has imported torch once, forking a child per submission
+
+SET_UP = b"ready"  # what a fork server's child says once it is made (sandbox/forkserver.py)
+FORK_ENV = "ATTN_GRADE_FORK"  # "0": every submission in a sandbox started for it alone (the path before fork servers)
+SERVER_START_TIMEOUT = 120.0  # seconds for a server to import torch and say it is ready (a loaded machine)
+
+
+def fork_servers_wanted() -> bool:
+    return os.environ.get(FORK_ENV, "1").strip() != "0" and sys.platform.startswith("linux")
+
+
+def _reader(stream, keep: int, limit: int | None = None) -> tuple[threading.Thread, list]:
+    sink: list[tuple[bytes, bool]] = []
+    thread = threading.Thread(target=_drain, args=(stream, keep, sink, limit), daemon=True)
+    thread.start()
+    return thread, sink
+
+
+class ServerGone(Exception):
+    """The fork server ended or stopped answering: its submission is graded the other way."""
+
+
+class ForkServer:
+    """One worker's fork server (``sandbox/forkserver.py`` in the sandbox of ``_sandbox``, as root with the
+    capabilities it needs to make each child's namespaces; each child drops them all before the harness runs).
+    ``run()`` grades one submission in a fresh child, with the same limits as a sandbox of its own: the child is put
+    in the submission's ``limits.Box`` before it may go on, killed with everything it started when it ends or its
+    time is up, and given its own temporary trees."""
+
+    def __init__(self, uid_slot: int):
+        # root: each server's children run as an unprivileged user of their own; otherwise, in the sandbox's user
+        # namespace, as the grader's user (as the harness does in a sandbox of its own)
+        self.uid = sandbox_uid(uid_slot) if os.geteuid() == 0 else os.getuid()
+        self._tmp = tempfile.TemporaryDirectory(prefix="grade-forkserver-")
+        lib = build_lib(Path(self._tmp.name) / "lib")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        cmd = _sandbox(lib, ["--dir", "/submission", "--chdir", "/"])
+        if os.geteuid() != 0:  # the capabilities to make each child's namespaces, inside the sandbox's user namespace
+            cmd[-1:] = ["--cap-add", "ALL", "--"]
+        cmd += [_python(), "-E", "-s", "/grader/forkserver.py", str(theirs.fileno())]
+        self._log = open(Path(self._tmp.name) / "server.log", "w+b")  # noqa: SIM115 - read if it fails to start
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self._tmp.name,
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(SERVER_START_TIMEOUT)
+        try:
+            ready = json.loads(ours.recv(1 << 16) or b"{}")
+        except (OSError, ValueError):
+            ready = {}
+        if "ready" not in ready:
+            self.close()
+            self._log.seek(0)
+            raise ServerGone(self._log.read()[-500:].decode("utf-8", "replace"))
+
+    def _host_pid(self, pid: int) -> int:
+        """The host's pid of the server's child ``pid`` (a pid in the sandbox's PID namespace)."""
+        for candidate in limits.descendants(self.proc.pid):
+            try:
+                with open(f"/proc/{candidate}/status") as fh:
+                    ns = next(line for line in fh if line.startswith("NSpid:")).split()[1:]
+            except (OSError, StopIteration):
+                continue
+            if len(ns) >= 2 and int(ns[-1]) == pid and candidate != self.proc.pid:
+                return candidate
+        raise ServerGone(f"no process {pid} in the server's sandbox")
+
+    def _ask(self, request: dict, fds: list[int]) -> int:
+        self.sock.settimeout(30)
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+            answer = json.loads(self.sock.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as exc:
+            raise ServerGone(str(exc)) from exc
+        if "pid" not in answer:
+            raise ServerGone(str(answer))
+        return int(answer["pid"])
+
+    def _status(self, timeout: float | None) -> int | None:
+        """The child's exit code, when the server says it ended within ``timeout`` seconds (else None)."""
+        self.sock.settimeout(timeout)
+        try:
+            answer = json.loads(self.sock.recv(1 << 16) or b"{}")
+        except TimeoutError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ServerGone(str(exc)) from exc
+        if "status" not in answer:
+            raise ServerGone(str(answer))
+        return int(answer["status"])
+
+    def run(self, submission: Path, plan: bytes, *, timeout: float) -> Outcome:
+        tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
+        nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks  # RLIMIT_NPROC counts the whole user's
+        request = {
+            "name": "submission" + submission.suffix,
+            "uid": self.uid,
+            "tmp_size": PRIVATE_DIR_SIZE,
+            "rlimits": {
+                "RLIMIT_AS": MEMORY_CAP,
+                "RLIMIT_CORE": 0,
+                "RLIMIT_FSIZE": MAX_FILE,
+                "RLIMIT_NOFILE": 256,
+                "RLIMIT_NPROC": nproc,
+            },
+        }
+        plan_r, plan_w = os.pipe()
+        result_r, result_w = os.pipe()
+        err_r, err_w = os.pipe()
+        go_r, go_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        box: limits.Box | None = limits.Box()
+        sub = open(submission, "rb")  # noqa: SIM115 - handed to the child, closed below
+        ours = [plan_w, result_r, err_r, go_w, ready_r]
+        try:
+            try:
+                pid = self._ask(request, [plan_r, result_w, err_w, sub.fileno(), go_r, ready_w])
+            finally:
+                for fd in (plan_r, result_w, err_w, go_r, ready_w):
+                    os.close(fd)
+                sub.close()
+            host_pid = self._host_pid(pid)
+            assert box is not None
+            box.enter(host_pid)  # before it goes on: everything it starts is the submission's
+            box.watch(host_pid)
+            start = time.monotonic()
+            os.write(go_w, b"g")
+            os.close(go_w)
+            ours.remove(go_w)
+            err_thread, errs = _reader(os.fdopen(err_r, "rb"), STDERR_TAIL)
+            ours.remove(err_r)
+            result_thread, results = _reader(os.fdopen(result_r, "rb"), 0, MAX_RESULT)
+            ours.remove(result_r)
+            try:
+                with os.fdopen(plan_w, "wb") as stdin:
+                    ours.remove(plan_w)
+                    stdin.write(plan)
+            except BrokenPipeError:
+                pass
+            status = self._status(max(0.0, timeout - (time.monotonic() - start)))
+            timed_out = status is None
+            if timed_out:
+                try:
+                    os.kill(host_pid, 9)  # its namespace's first process dies with it, and with that every process
+                except ProcessLookupError:
+                    pass
+                status = self._status(30)
+                if status is None:
+                    raise ServerGone("the server did not reap a killed child")
+            with os.fdopen(ready_r, "rb") as said:
+                ours.remove(ready_r)
+                made = said.read(len(SET_UP)) == SET_UP
+            usage, box = box.close(), None  # also kills what escaped (a cgroup holds every descendant)
+            for t in (err_thread, result_thread):
+                t.join(timeout=10)
+            if not made and not timed_out:  # the server could not make the child: nothing of the submission ran
+                _servers.cannot_make_children()
+                raise ServerGone("the child was not made: " + (errs[0][0] if errs else b"").decode("utf-8", "replace"))
+        finally:
+            for fd in ours:
+                os.close(fd)
+            if box is not None:
+                box.close()
+        stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
+        result, too_big = results[0] if results else (b"", False)
+        returncode = -9 if timed_out else status
+        return Outcome(returncode, result, stderr, timed_out, too_big, usage)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            self._log.close()
+            self._tmp.cleanup()
+
+
+class _Servers:
+    """The idle fork servers of this process, one taken per running grading (so one per batch worker)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[ForkServer] = []
+        self._count = 0
+        self._failed: str | None = None
+
+    def take(self) -> ForkServer | None:
+        if probe() is not None:
+            return None
+        with self._lock:
+            if self._failed is not None:
+                return None
+            while self._idle:
+                server = self._idle.pop()
+                if server.alive():
+                    return server
+                server.close()
+            self._count += 1
+            uid_slot = SLOTS_PER_GRADER - self._count  # from the top of this grader's uids, away from slot 0, 1...
+        try:
+            return ForkServer(uid_slot)
+        except (ServerGone, OSError) as exc:
+            with self._lock:
+                self._failed = str(exc) or type(exc).__name__
+            return None
+
+    def cannot_make_children(self) -> None:
+        """A server started but could not make a child (this host refuses a namespace or a mount): from now on,
+        every submission in a sandbox of its own."""
+        with self._lock:
+            self._failed = "the fork server cannot make children here"
+
+    def give_back(self, server: ForkServer) -> None:
+        with self._lock:
+            if server.alive():
+                self._idle.append(server)
+                return
+        server.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._count = self._idle, [], 0
+        for server in idle:
+            server.close()
+
+
+_servers = _Servers()
+
+
+def close_servers() -> None:
+    """End this process's idle fork servers (a batch does when it is done; they also die with this process)."""
+    _servers.close()
