@@ -1,8 +1,11 @@
 """A class of strangers for `make grade`: generate 100 submissions (correct, wrong, broken, odd names, hostile)
 in a temporary folder, grade them as `make grade` does, and report the wall time, the grader's own peak memory,
-the largest submission's peak and the slowest submissions. A measurement, not a timed test:
+the largest submission's peak and the slowest submissions. In the same run, the same class is graded again with a
+sandbox started for each submission (the way before fork servers), and 100 bare `import torch` runs are timed: the
+report gives the three as ratios with the load, and checks that every verdict is the same both ways. A
+measurement, not a timed test:
 
-    python -m benchmarks.grade_class [--workers 2] [--timeout 30] [--memory 4096] [--keep DIR]
+    python -m benchmarks.grade_class [--workers 2] [--timeout 30] [--memory 4096] [--keep DIR] [--only-new]
 
 The hostile files allocate past the memory total through each route (plain, memfd, forks), fork until refused,
 fill the private tmpfs, swallow the alarm, send a 9,000-digit answer, and give the parent a 2 MB literal and a
@@ -16,8 +19,11 @@ import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course_utils.grade import jail, limits
@@ -145,12 +151,60 @@ def make_class(folder: Path, mib: int) -> dict:
     return {name: kind for name, (kind, _) in files.items()}
 
 
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _grade(subs: Path, out: Path, args, fork: bool) -> tuple[float, list, list, list]:
+    """Grade the class one way (fork servers, or a sandbox started per submission): wall seconds, and the batch's
+    (graded, skipped, failed) with each report's seconds."""
+    os.environ[jail.FORK_ENV] = "1" if fork else "0"
+    done: list = []
+    started = time.monotonic()
+    try:
+        graded, skipped, failed = grade_folder(
+            subs,
+            out,
+            workers=args.workers,
+            lang="en",
+            total_timeout=args.timeout,
+            progress=lambda i, n, name, report: done.append((name, report)),
+        )
+    finally:
+        os.environ.pop(jail.FORK_ENV, None)
+    return time.monotonic() - started, graded, skipped, done
+
+
+def _bare_imports(count: int, workers: int) -> float:
+    """Wall seconds of ``count`` bare `python -E -s -c 'import torch'` runs, ``workers`` at a time (no sandbox):
+    what every submission paid before fork servers, before any grading."""
+    command = [sys.executable, "-E", "-s", "-c", "import torch"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda _: subprocess.run(command, env=env, check=True), range(count)))
+    return time.monotonic() - started
+
+
+def verdict(report) -> tuple:
+    """What a report says, without its times: the row's status key, and per exercise the score, the checks and
+    the messages."""
+    results = tuple(
+        (r.exercise, r.passed, r.score, r.checks_passed, r.checks_total, r.diagnosis, tuple(map(str, r.messages)))
+        for r in report.results
+    )
+    return status_key(report), str(report.error or ""), results
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=float, default=limits.SUBMISSION_BUDGET)
     parser.add_argument("--memory", type=int, default=limits.MEMORY_TOTAL >> 20, help="MiB per submission")
     parser.add_argument("--keep", help="write the class and the grades here instead of a temporary folder")
+    parser.add_argument(
+        "--only-new", action="store_true", help="grade the new way only (no comparison with a sandbox per submission)"
+    )
     args = parser.parse_args(argv)
     if jail.probe() is not None:
         raise SystemExit(f"no sandbox here: {jail.probe()}")
@@ -159,28 +213,23 @@ def main(argv=None):
     subs = base / "submissions"
     subs.mkdir(parents=True, exist_ok=True)
     kinds = make_class(subs, args.memory)
-    done = []
-    started = time.monotonic()
-    graded, skipped, failed = grade_folder(
-        subs,
-        base / "grades",
-        workers=args.workers,
-        lang="en",
-        total_timeout=args.timeout,
-        progress=lambda i, n, name, report: done.append((name, report)),
-    )
-    wall = time.monotonic() - started
-    parent_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    by_peak = max(done, key=lambda d: d[1].peak_memory)
-    slowest = sorted(done, key=lambda d: -d[1].seconds)[:5]
     print(
         f"host: {os.cpu_count()} cores, limits: {limits.mechanism()}, {args.memory} MiB and {args.timeout:g} s "
         f"per submission, {args.workers} workers"
     )
-    print(
-        f"graded {len(graded)} of {len(kinds)} files ({len(skipped)} skipped, {len(failed)} grader failures) "
-        f"in {wall:.1f} s ({wall / max(len(graded), 1):.2f} s each)"
-    )
+    runs = {}
+    for way, fork in (("forked", True), ("alone", False))[: 1 if args.only_new else 2]:
+        load = _load()
+        wall, graded, skipped, done = _grade(subs, base / f"grades-{way}", args, fork)
+        runs[way] = (wall, graded, done)
+        print(
+            f"{way:6}: graded {len(graded)} of {len(kinds)} files ({len(skipped)} skipped) in {wall:.1f} s "
+            f"({wall / max(len(graded), 1):.2f} s each), load {load} -> {_load()}"
+        )
+    wall, graded, done = runs["forked"]
+    parent_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    by_peak = max(done, key=lambda d: d[1].peak_memory)
+    slowest = sorted(done, key=lambda d: -d[1].seconds)[:5]
     print(f"grader's own peak (RSS): {parent_mib:.0f} MiB")
     print(
         f"largest submission's peak: {by_peak[1].peak_memory / 2**20:.0f} MiB ({ascii(by_peak[0])}: "
@@ -192,6 +241,21 @@ def main(argv=None):
     for name, report in graded:
         passed[kinds[os.fsencode(name)]] += report.passed
     print("passed by kind:", dict(sorted(passed.items())))
+    if "alone" in runs:
+        load = _load()
+        bare = _bare_imports(len(kinds), args.workers)
+        print(f"bare  : {len(kinds)} runs of `python -c 'import torch'` in {bare:.1f} s, load {load} -> {_load()}")
+        alone = runs["alone"][0]
+        print(
+            f"ratios: alone / forked {alone / wall:.2f}x; forked / bare imports {wall / bare:.2f}; "
+            f"alone / bare imports {alone / bare:.2f}"
+        )
+        new = {name: verdict(report) for name, report in graded}
+        old = {name: verdict(report) for name, report in runs["alone"][1]}
+        differ = sorted(name for name in set(new) | set(old) if new.get(name) != old.get(name))
+        print(f"verdicts: {len(new) - len(differ)} of {len(new)} identical both ways" + (":" if differ else ""))
+        for name in differ:
+            print(f"  {ascii(name)}\n    forked: {new.get(name)}\n    alone:  {old.get(name)}")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
 

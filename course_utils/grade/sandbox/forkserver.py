@@ -4,11 +4,12 @@ and importing torch (most of its time).
 
 Each child is made as the sandbox made each submission's process before: its own mount namespace with its own
 private, size-limited /tmp, /dev/shm and /submission (holding only its copy of the submission: nothing a submission
-writes is seen by the next), its own PID namespace with its own /proc (its descendants die with it), its own IPC
-namespace, the limits of a sandbox (address space, file size, open files, processes), a new session, and then no
-capabilities, no new privileges and an unprivileged user, before the harness reads the plan. The network stays
-unshared, as the whole sandbox's. The parent (jail.py) puts each child in its submission's cgroup before it lets it
-go on, times it and kills it; this process never reads a plan or a result: their pipes are handed to the child.
+writes is seen by the next), its own PID namespace with its own /proc and a first process that reaps and ends it
+(the submission is its second, as in a sandbox of its own; its descendants die with it), its own IPC namespace, the
+limits of a sandbox (address space, file size, open files, processes), a new session, and then no capabilities, no
+new privileges and an unprivileged user, before the harness reads the plan. The network stays unshared, as the whole
+sandbox's. The parent (jail.py) puts each child in its submission's cgroup before it lets it go on, times it and
+kills it; this process never reads a plan or a result: their pipes are handed to the child.
 
     python forkserver.py SOCKET_FD    (in the sandbox, at /grader, beside the harness)
 
@@ -109,9 +110,14 @@ def _limits(request: dict) -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def _submission_process(request: dict, fds: list[int]) -> None:
-    """In the new PID namespace (its first process): /proc, the user and limits, then the harness. Never returns."""
-    plan, result, stderr, submission, _go, ready = fds
+def _exit_code(status: int) -> int:
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _namespace_init(request: dict, fds: list[int]) -> None:
+    """The first process of the child's PID namespace, as bubblewrap's own is in a sandbox: mounts its /proc, forks
+    the submission's process, reaps what is orphaned to it, and ends with the submission's exit code, taking every
+    process of the namespace with it. Never returns."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # its keeper killed (timeout): this namespace ends
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in ("sys", "sysrq-trigger", "irq", "bus"):  # read-only, as bubblewrap leaves them
@@ -119,6 +125,27 @@ def _submission_process(request: dict, fds: list[int]) -> None:
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)
             _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _submission_process(request, fds)
+        except BaseException as exc:  # noqa: BLE001 - set-up failed: said on stderr, nothing runs
+            os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(1)
+    os.closerange(3, 1 << 16)
+    while True:
+        try:
+            done, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if done == pid:
+            os._exit(_exit_code(status))
+
+
+def _submission_process(request: dict, fds: list[int]) -> None:
+    """The submission's process (the second of its namespace): its file, the user and limits, then the harness.
+    Never returns."""
+    plan, result, stderr, submission, _go, ready = fds
     uid = int(request["uid"])
     _copy_submission(submission, request["name"], uid)
     os.setsid()
@@ -156,7 +183,7 @@ def _keeper(request: dict, fds: list[int]) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                _submission_process(request, fds)
+                _namespace_init(request, fds)
             except BaseException as exc:  # noqa: BLE001 - set-up failed: said on stderr, nothing runs
                 os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
             os._exit(1)
@@ -166,7 +193,7 @@ def _keeper(request: dict, fds: list[int]) -> None:
             except OSError:
                 pass
         _, status = os.waitpid(pid, 0)
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        code = _exit_code(status)
     except BaseException as exc:  # noqa: BLE001
         try:
             os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
@@ -198,8 +225,7 @@ def serve(sock: socket.socket) -> None:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
         _, status = os.waitpid(pid, 0)  # one submission at a time: the next is forked after this one ended
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-        sock.send(json.dumps({"status": code}).encode())
+        sock.send(json.dumps({"status": _exit_code(status)}).encode())
 
 
 if __name__ == "__main__":
