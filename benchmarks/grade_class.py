@@ -50,8 +50,87 @@ def _code(notebook: str) -> str:
     return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
 
 
-def make_class(folder: Path, mib: int) -> dict:
-    """Write the 100 submissions; returns {file name (bytes): kind}."""
+WRONGS = [  # exercise 04's known mistakes: (what the solution says, what the mistake says)
+    ("self.head_dim ** 0.5", "self.head_dim"),
+    ("self.head_dim ** 0.5", "self.d_out ** 0.5"),
+    ("dim=-1)", "dim=-2)"),
+    ("-torch.inf)", "0.0)"),
+]
+BROKEN = [
+    "",
+    "class MultiHeadAttention(:\n",
+    "{not json",
+    '{"cells": 3}',
+    "x = 1\n",
+    b"x = '\xe9'\n",
+    "MHA.replace",  # the solution with forward misspelt (below)
+    "raise SystemExit(3)\n",  # then the solution
+    "import sys\nsys.stderr.write('x' * 10_000_000)\n",  # then the solution
+    "import os\nos._exit(0)\n",
+]
+ODD_NAMES = [
+    b"latin1-\xe9.py",
+    b"n" * 248 + b".py",
+    b"\x1b[32mall checks passed\x1b[0m.py",
+    b"## mha: passed.py",
+    b"=HYPERLINK(1).py",
+    b"Alice.py",
+    b"alice.py",
+    b"a b;c'd\".py",
+    "张三.py".encode(),
+    b"-rf.py",
+    b"\xe2\x80\xaeyp.exe.py",
+    b"<img src=x onerror=alert(1)>.py",
+    b"x\ty.py",
+    b"@SUM(A1).py",
+    b"+1.py",
+]
+
+
+def _broken(i: int, mha: str) -> str | bytes:
+    content = BROKEN[i % len(BROKEN)]
+    if content == "MHA.replace":
+        return mha.replace("def forward", "def forwrd", 1)
+    if isinstance(content, str) and content.endswith(("(3)\n", "* 10_000_000)\n")):
+        return content + mha
+    return content
+
+
+def _write(folder: Path, files: dict) -> dict:
+    assert len(files) == 100, len(files)
+    for name, (_, content) in files.items():
+        with open(os.path.join(os.fsencode(folder), name), "wb") as fh:
+            fh.write(content)
+    return {name: kind for name, (kind, _) in files.items()}
+
+
+def _exercise04_class(folder: Path, mha: str) -> dict:
+    """A class that hands in exercise 04 (multi-head attention) as a workshop does: 40 correct (the solution as a
+    notebook and as a .py file), 30 with one of the known mistakes, 15 broken (empty, syntax, not JSON, no class,
+    bad encoding, a misspelt method, an exit, a flood of stderr), 15 correct under odd file names."""
+    files: dict[bytes, tuple[str, bytes]] = {}
+    notebook = _solution("04_multihead_attention")
+    for i in range(40):
+        name, text = (f"correct_{i:02d}.ipynb", notebook) if i % 2 else (f"correct_{i:02d}.py", mha)
+        files[name.encode()] = ("correct", text.encode())
+    for i in range(30):
+        before, after = WRONGS[i % len(WRONGS)]
+        files[f"wrong_{i:02d}.py".encode()] = ("wrong", mha.replace(before, after, 1).encode())
+    for i in range(15):
+        content = _broken(i, mha)
+        suffix = ".ipynb" if i % 4 in (2, 3) else ".py"
+        files[f"broken_{i:02d}{suffix}".encode()] = (
+            "broken",
+            content if isinstance(content, bytes) else content.encode(),
+        )
+    for name in ODD_NAMES:
+        files[name] = ("odd name", mha.encode())
+    return _write(folder, files)
+
+
+def make_class(folder: Path, mib: int, kind: str = "hostile") -> dict:
+    """Write the 100 submissions; returns {file name (bytes): kind}. ``kind``: "hostile" (every exercise from 01 to
+    06, with 15 hostile files: memory, forks, the alarm swallowed, ...) or "exercise04" (a workshop's exercise 04)."""
     files: dict[bytes, tuple[str, bytes]] = {}
 
     def add(name, kind, content):
@@ -61,6 +140,8 @@ def make_class(folder: Path, mib: int) -> dict:
         )
 
     mha = _code(_solution("04_multihead_attention"))
+    if kind == "exercise04":
+        return _exercise04_class(folder, mha)
     for i in range(30):  # correct: the solutions, as notebooks and as .py files
         nb = SOLUTIONS[i % 6]
         add(
@@ -68,48 +149,12 @@ def make_class(folder: Path, mib: int) -> dict:
             "correct",
             _solution(nb) if i % 2 else _code(_solution(nb)),
         )
-    wrongs = [
-        ("self.head_dim ** 0.5", "self.head_dim"),
-        ("self.head_dim ** 0.5", "self.d_out ** 0.5"),
-        ("dim=-1)", "dim=-2)"),
-        ("-torch.inf)", "0.0)"),
-    ]
     for i in range(20):  # wrong: known mistakes
-        before, after = wrongs[i % len(wrongs)]
+        before, after = WRONGS[i % len(WRONGS)]
         add(f"wrong_{i:02d}.py", "wrong", mha.replace(before, after, 1))
-    broken = [
-        "",
-        "class MultiHeadAttention(:\n",
-        "{not json",
-        '{"cells": 3}',
-        "x = 1\n",
-        b"x = '\xe9'\n",
-        mha.replace("def forward", "def forwrd", 1),
-        "raise SystemExit(3)\n" + mha,
-        "import sys\nsys.stderr.write('x' * 10_000_000)\n" + mha,
-        "import os\nos._exit(0)\n",
-    ]
     for i in range(20):
-        content = broken[i % len(broken)]
-        add(f"broken_{i:02d}" + (".ipynb" if i % 4 == 2 or i % 4 == 3 else ".py"), "broken", content)
-    odd = [
-        b"latin1-\xe9.py",
-        b"n" * 248 + b".py",
-        b"\x1b[32mall checks passed\x1b[0m.py",
-        b"## mha: passed.py",
-        b"=HYPERLINK(1).py",
-        b"Alice.py",
-        b"alice.py",
-        b"a b;c'd\".py",
-        "张三.py".encode(),
-        b"-rf.py",
-        b"\xe2\x80\xaeyp.exe.py",
-        b"<img src=x onerror=alert(1)>.py",
-        b"x\ty.py",
-        b"@SUM(A1).py",
-        b"+1.py",
-    ]
-    for name in odd:
+        add(f"broken_{i:02d}" + (".ipynb" if i % 4 == 2 or i % 4 == 3 else ".py"), "broken", _broken(i, mha))
+    for name in ODD_NAMES:
         add(name, "odd name", mha)
     hog = (mib + mib // 8) << 20
     stub = "class MultiHeadAttention:\n    pass\n"  # names an exercise, so that the file runs
@@ -144,11 +189,7 @@ def make_class(folder: Path, mib: int) -> dict:
     }
     for name, content in hostile.items():
         add(name, "hostile", content)
-    assert len(files) == 100, len(files)
-    for name, (_, content) in files.items():
-        with open(os.path.join(os.fsencode(folder), name), "wb") as fh:
-            fh.write(content)
-    return {name: kind for name, (kind, _) in files.items()}
+    return _write(folder, files)
 
 
 def _load() -> str:
@@ -203,6 +244,13 @@ def main(argv=None):
     parser.add_argument("--memory", type=int, default=limits.MEMORY_TOTAL >> 20, help="MiB per submission")
     parser.add_argument("--keep", help="write the class and the grades here instead of a temporary folder")
     parser.add_argument(
+        "--class",
+        dest="kind",
+        choices=("exercise04", "hostile"),
+        default="exercise04",
+        help="a workshop's exercise 04, or the hostile class (every exercise from 01 to 06, memory, forks, alarms)",
+    )
+    parser.add_argument(
         "--only-new", action="store_true", help="grade the new way only (no comparison with a sandbox per submission)"
     )
     args = parser.parse_args(argv)
@@ -212,10 +260,10 @@ def main(argv=None):
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="grade-class-"))
     subs = base / "submissions"
     subs.mkdir(parents=True, exist_ok=True)
-    kinds = make_class(subs, args.memory)
+    kinds = make_class(subs, args.memory, args.kind)
     print(
-        f"host: {os.cpu_count()} cores, limits: {limits.mechanism()}, {args.memory} MiB and {args.timeout:g} s "
-        f"per submission, {args.workers} workers"
+        f"class: {args.kind}; host: {os.cpu_count()} cores, limits: {limits.mechanism()}, {args.memory} MiB and "
+        f"{args.timeout:g} s per submission, {args.workers} workers"
     )
     runs = {}
     for way, fork in (("forked", True), ("alone", False))[: 1 if args.only_new else 2]:
