@@ -17,6 +17,7 @@ import os
 import resource
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -471,6 +472,7 @@ class ForkServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="grade-forkserver-")
         lib = build_lib(Path(self._tmp.name) / "lib")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # each message with its sender's pid, ours
         self.sock = ours
         cmd = _sandbox(lib, ["--dir", "/submission", "--chdir", "/"])
         if os.geteuid() != 0:  # the capabilities to make each child's namespaces, inside the sandbox's user namespace
@@ -513,15 +515,23 @@ class ForkServer:
         raise ServerGone(f"no process {pid} in the server's sandbox")
 
     def _ask(self, request: dict, fds: list[int]) -> int:
+        """Hand the server a submission's request: the child's pid on the host (the kernel's translation of the
+        credentials the child sent), or found through its pid in the sandbox where none came."""
         self.sock.settimeout(30)
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-            answer = json.loads(self.sock.recv(1 << 16) or b"{}")
+            message, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
+            answer = json.loads(message or b"{}")
         except (OSError, ValueError) as exc:
             raise ServerGone(str(exc)) from exc
         if "pid" not in answer:
             raise ServerGone(str(answer))
-        return int(answer["pid"])
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+                host_pid = struct.unpack("3i", data[:12])[0]
+                if host_pid > 0:
+                    return host_pid
+        return self._host_pid(int(answer["pid"]))
 
     def _status(self, timeout: float | None) -> int | None:
         """The child's exit code, when the server says it ended within ``timeout`` seconds (else None)."""
@@ -561,12 +571,11 @@ class ForkServer:
         ours = [plan_w, result_r, err_r, go_w, ready_r]
         try:
             try:
-                pid = self._ask(request, [plan_r, result_w, err_w, sub.fileno(), go_r, ready_w])
+                host_pid = self._ask(request, [plan_r, result_w, err_w, sub.fileno(), go_r, ready_w])
             finally:
                 for fd in (plan_r, result_w, err_w, go_r, ready_w):
                     os.close(fd)
                 sub.close()
-            host_pid = self._host_pid(pid)
             assert box is not None
             box.enter(host_pid)  # before it goes on: everything it starts is the submission's
             box.watch(host_pid)

@@ -14,10 +14,10 @@ kills it; this process never reads a plan or a result: their pipes are handed to
     python forkserver.py SOCKET_FD    (in the sandbox, at /grader, beside the harness)
 
 The socket (SOCK_SEQPACKET) carries, per submission: a request (JSON: the submission's file name, the user, the
-limits) with six descriptors (plan, result, stderr, submission, go, ready); the answer ``{"pid": ...}`` (the child,
-in this sandbox's PID namespace), then ``{"status": ...}`` when it ended (the exit code, or 128 + the signal). The
-child says ``ready`` once it is made, so that a child the server failed to make is told from a submission that
-failed.
+limits) with six descriptors (plan, result, stderr, submission, go, ready); the answer ``{"pid": ...}``, sent by the
+child itself with its credentials (which the kernel translates into the parent's PID namespace), then
+``{"status": ...}`` from the server when it ended (the exit code, or 128 + the signal). The child says ``ready`` once
+it is made, so that a child the server failed to make is told from a submission that failed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import resource
 import signal
 import socket
+import struct
 import sys
 from typing import TYPE_CHECKING
 
@@ -218,12 +219,16 @@ def serve(sock: socket.socket) -> None:
             sock.send(json.dumps({"error": "descriptors missing"}).encode())
             continue
         pid = os.fork()
-        if pid == 0:
-            sock.close()
+        if pid == 0:  # the child says its pid itself: the kernel gives the parent its pid on the host with it
+            try:
+                me = os.getpid()
+                creds = struct.pack("3i", me, os.getuid(), os.getgid())
+                sock.sendmsg([json.dumps({"pid": me}).encode()], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+            finally:
+                sock.close()
             _keeper(request, fds)
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
         _, status = os.waitpid(pid, 0)  # one submission at a time: the next is forked after this one ended
         sock.send(json.dumps({"status": _exit_code(status)}).encode())
 
