@@ -115,6 +115,19 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+def _fork_into(step, request: dict, fds: list[int]) -> int:
+    """Fork a child that runs ``step`` (which never returns): its pid. A step that fails says why on stderr (where
+    the parent reads the submission's) and ends its process; nothing of the submission has run then."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            step(request, fds)
+        except BaseException as exc:  # noqa: BLE001
+            os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(1)
+    return pid
+
+
 def _namespace_init(request: dict, fds: list[int]) -> None:
     """The first process of the child's PID namespace, as bubblewrap's own is in a sandbox: mounts its /proc, forks
     the submission's process, reaps what is orphaned to it, and ends with the submission's exit code, taking every
@@ -126,13 +139,7 @@ def _namespace_init(request: dict, fds: list[int]) -> None:
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)
             _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _submission_process(request, fds)
-        except BaseException as exc:  # noqa: BLE001 - set-up failed: said on stderr, nothing runs
-            os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
-        os._exit(1)
+    pid = _fork_into(_submission_process, request, fds)
     os.closerange(3, 1 << 16)
     while True:
         try:
@@ -181,13 +188,7 @@ def _keeper(request: dict, fds: list[int]) -> None:
             os._exit(1)
         os.close(go)
         _private_trees(int(request["tmp_size"]))
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _namespace_init(request, fds)
-            except BaseException as exc:  # noqa: BLE001 - set-up failed: said on stderr, nothing runs
-                os.write(2, f"fork server: {type(exc).__name__}: {exc}\n".encode())
-            os._exit(1)
+        pid = _fork_into(_namespace_init, request, fds)
         for fd in fds:
             try:
                 os.close(fd)
