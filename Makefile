@@ -35,6 +35,8 @@ WITH_TRITON ?= 1
 SUBMISSIONS ?= submissions
 OUT    ?= grades
 GRADE_ARGS ?=
+# make bench-grade: e.g. BENCH_GRADE_ARGS="--class hostile" (see python -m benchmarks.grade_class --help)
+BENCH_GRADE_ARGS ?=
 PYTEST_WORKERS ?= 2
 LAB_ARGS ?=
 # instructors: nbgrader in its own environment, so that the course environment stays as learners have it
@@ -45,7 +47,7 @@ NBGRADER_PIP_ARGS ?=
 HUB_STAMP := $(NBGRADER_VENV)/.installed-hub
 CHP_VERSION ?= 5.3.0
 
-.PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench bench-grade train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
@@ -58,6 +60,7 @@ help:
 	@echo "make test-sandbox the grader's tests that run submissions in its bubblewrap sandbox (batches, attacks)"
 	@echo "make lint         ruff (checks, format) on the Python packages and tests, mypy on course_utils (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
+	@echo "make bench-grade  a class of 100 graded through fork servers, then with a sandbox per submission (needs bubblewrap)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
@@ -170,6 +173,10 @@ test-sandbox: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+bench-grade: $(STAMP)
+	@# the class of 100 graded both ways and 100 bare torch imports, in one run: ratios, load, every verdict compared
+	$(PY) -m benchmarks.grade_class $(BENCH_GRADE_ARGS)
 
 train: $(STAMP)
 	@# one thread: seeded training then rebuilds the committed checkpoints exactly
