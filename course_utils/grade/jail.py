@@ -7,6 +7,11 @@ or, where no sandbox exists and the instructor said the submissions are trusted,
 The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
 course's reference code is mounted in the sandbox: only ``sandbox/`` and the learner-side course_utils
 (``build_lib``). This module is the parent's side: it builds that tree and starts, limits and ends the child.
+
+Starting Python and importing torch is most of a grading's time, so where it can, a sandboxed submission's process
+is the child of a fork server (``ForkServer``: one sandbox per batch worker that imported torch once, and
+``sandbox/forkserver.py`` inside it), made into what a sandbox of its own is before the submission runs; else, and
+for the capstone (which mounts more), a sandbox is started for the submission alone.
 """
 
 from __future__ import annotations
