@@ -4,8 +4,9 @@
 
 For each installer: a fresh clone of this checkout's HEAD in a temporary folder, `make setup INSTALLER=...` with an
 empty package cache of its own (uv's and pip's; the wheels are fetched again), then `jupyter lab` as `make lab`
-starts it, headless, until its API answers. Reports both times side by side, the seconds of each setup step, the
-environment's size (and the uv bootstrap's), and the load. Needs the network (the package index) and about 2 GB of
+starts it, headless, until its API answers. Reports both times side by side, the seconds of each setup step, the CPU
+seconds of the setup (what it costs whatever else the machine runs), the environment's size (and the uv bootstrap's),
+and the load. Needs the network (the package index) and about 2 GB of
 disk per installer. A measurement, not a test: run it by hand (it takes minutes with pip).
 """
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -38,6 +40,12 @@ def _size(path: Path) -> int:
             except OSError:
                 pass
     return total
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's finished children: what a setup cost whatever the load."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _load() -> str:
@@ -93,6 +101,7 @@ def measure(installer: str, workdir: Path) -> dict:
     env["PIP_CACHE_DIR"] = str(workdir / f"pip-cache-{installer}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     load_before = _load()
+    cpu_before = _children_cpu()
     start = time.perf_counter()
     steps: list[tuple[str, float]] = []
     log = []
@@ -112,6 +121,7 @@ def measure(installer: str, workdir: Path) -> dict:
     if proc.wait() != 0:
         raise RuntimeError(f"make setup INSTALLER={installer} failed:\n{''.join(log[-40:])}")
     setup = time.perf_counter() - start
+    cpu = _children_cpu() - cpu_before
     lab = _lab_ready(clone, clone / ".venv")
     torch_version = subprocess.run(
         [str(clone / ".venv" / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
@@ -122,6 +132,7 @@ def measure(installer: str, workdir: Path) -> dict:
     return {
         "installer": installer,
         "setup_s": round(setup, 1),
+        "setup_cpu_s": round(cpu, 1),
         "lab_start_s": round(lab, 1),
         "ready_s": round(setup + lab, 1),
         "steps": [(name, round(t, 1)) for name, t in steps],
@@ -147,7 +158,8 @@ def main(argv=None) -> int:
             results.append(measure(installer, workdir))
             r = results[-1]
             print(
-                f"{installer:4} setup {r['setup_s']:6.1f} s + lab {r['lab_start_s']:4.1f} s = ready in "
+                f"{installer:4} setup {r['setup_s']:6.1f} s ({r['setup_cpu_s']:.0f} s of CPU) + lab "
+                f"{r['lab_start_s']:4.1f} s = ready in "
                 f"{r['ready_s']:6.1f} s; venv {r['venv_bytes'] / 2**30:.2f} GiB "
                 f"(+ uv bootstrap {r['bootstrap_bytes'] / 2**20:.0f} MiB); torch {r['torch']}; "
                 f"load {r['load_before']} -> {r['load_after']}",
