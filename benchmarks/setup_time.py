@@ -6,8 +6,8 @@ For each installer: a fresh clone of this checkout's HEAD in a temporary folder,
 empty package cache of its own (uv's and pip's; the wheels are fetched again), then `jupyter lab` as `make lab`
 starts it, headless, until its API answers. Reports both times side by side, the seconds of each setup step, the CPU
 seconds of the setup (what it costs whatever else the machine runs), the environment's size (and the uv bootstrap's),
-and the load. Needs the network (the package index) and about 2 GB of
-disk per installer. A measurement, not a test: run it by hand (it takes minutes with pip).
+and the load. Needs the network (the package index) and about 2 GB of disk per installer. A measurement, not a test:
+run it by hand (it takes minutes with pip).
 """
 
 from __future__ import annotations
