@@ -17,51 +17,16 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade.source import strip_magics
-from tests.grader_cases import (
-    beyond,
-    capstone,
-    flash_triton,
-    implementations,
-    paged_decode,
-    ring_attention,
-    sliding_window,
-)
-from tests.grader_cases.implementations import mutate
+from tests.grade.exercises.fixtures import FIXTURES
+from tests.grader_cases import implementations
 from tests.grader_cases.interview_dialects import DIALECTS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 
-
-def _book(exercise):
-    key, edits = implementations.MUTANTS[exercise][0]
-    other = next(iter(implementations.ALTERNATIVES[exercise].values()))
-    return mutate(implementations.REFERENCE[exercise], edits), key, other
-
-
-def _beyond(exercise):
-    key, edits = beyond.MUTANTS[exercise][0]
-    wrong = edits if isinstance(edits, str) else mutate(beyond.REFERENCE[exercise], edits)
-    return wrong, key, next(iter(beyond.ALTERNATIVES[exercise].values()))
-
-
-def _single(module):
-    key, edits = module.MUTANTS[0]
-    wrong = edits if isinstance(edits, str) else mutate(module.REFERENCE, edits)
-    return wrong, key, next(iter(module.ALTERNATIVES.values()))
-
-
-# exercise id -> (a typical wrong answer, the mistake it must be told, a correct answer in a second style)
-TRIES = {
-    **{ex: _book(ex) for ex in ("self_attention", "causal", "wrapper", "mha", "kv_cache", "gqa")},
-    **{ex: _beyond(ex) for ex in ("rope", "online_softmax", "mla")},
-    "mha_interview": (*_book("mha_interview")[:2], DIALECTS["causal_self_attention"][0]),
-    "induction_head": _single(capstone),
-    "sliding_window": _single(sliding_window),
-    "paged_decode": _single(paged_decode),
-    "flash_triton": _single(flash_triton),
-    "ring_attention": _single(ring_attention),
-}
+# exercise id -> (a typical wrong answer, the mistake it must be told, a correct answer in a second style): each
+# exercise's fixture's first mutant and the answer it names for a learner (tests/grade/exercises/fixtures.py)
+TRIES = {ex: (fixture.mutants[0][1], fixture.mutants[0][0], fixture.as_learner) for ex, fixture in FIXTURES.items()}
 # interview mode grades any class: the book's constructor under another name, and the dialects candidates bring
 INTERVIEW_STYLES = {
     "book_signature_named_MHA": implementations.REFERENCE["mha"].replace("class MultiHeadAttention(", "class MHA("),

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade import batch, escape, jail, limits, names, points, runner, source
-from course_utils.grade.diagnose import failure
-from course_utils.grade.messages import Msg
 from course_utils.grade.progress import Progress
-from tests.conftest import run_grader
+from course_utils.grade.protocol import failure
+from tests.conftest import run_grader, said
 from tests.grader_cases.implementations import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +223,7 @@ def test_the_grader_failing_on_one_file_is_that_files_row(tmp_path, monkeypatch)
     def fail_on_a(path, *args, **kw):
         if path.name == "a.py":
             raise MemoryError("the parent ran out")
-        return runner.SubmissionReport(str(path), error=Msg("run.no_exercise"))
+        return runner.SubmissionReport(str(path), error=said("run.no_exercise"))
 
     monkeypatch.setattr(batch, "grade_file", fail_on_a)
     graded, skipped, failed = batch.grade_folder(subs, tmp_path / "g", exercises=["mha"], trusted=True, lang="en")
@@ -308,7 +307,7 @@ def test_csv_cells_never_start_a_formula(cell):
 
 
 def test_progress_on_a_log_and_on_a_terminal():
-    report = runner.SubmissionReport("x.py", error=Msg("source.empty"))
+    report = runner.SubmissionReport("x.py", error=said("source.empty"))
     log = io.StringIO()
     Progress("en", log, tty=False)(1, 2, "\x1b[31mx.py", report)
     assert log.getvalue().startswith("[1/2] \\x1b[31mx.py: the file is empty")

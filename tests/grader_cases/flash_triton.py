@@ -157,3 +157,8 @@ MUTANTS = [
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, m_i, mask=rows < seq_len)"}),
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, tl.log(l_i), mask=rows < seq_len)"}),
 ]
+
+
+# --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
+
+FIXTURES = {"flash_triton": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "stubs": {"stub": STUB}, "mutants": MUTANTS}}

@@ -250,3 +250,8 @@ BY_LENGTH = REFERENCE.replace(
 )
 assert BY_LENGTH.count("lengths") == 5
 MUTANTS.append(("merge_weighted_by_length", BY_LENGTH))
+
+
+# --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
+
+FIXTURES = {"paged_decode": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "stubs": {"stub": STUB}, "mutants": MUTANTS}}

@@ -356,3 +356,9 @@ LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ri
 
 def mutant_source(edits) -> str:
     return edits if isinstance(edits, str) else mutate(REFERENCE, edits)
+
+
+# --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
+
+FIXTURES = {"sliding_window": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "mutants": MUTANTS,
+                               "min_alternatives": 4}}

@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.function import Call
 from ..kit import Mistake, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
 
 PAD_ROWS = 128  # rows of NaN past each sequence's end: more than any block a learner may choose reads
 
@@ -210,13 +211,12 @@ def flash_case(name, g, batch, heads, seq_len, d, causal, block_m, block_n, nega
     k = padded(g, batch, heads, seq_len, d, shift=e0 if negative else None)
     v = padded(g, batch, heads, seq_len, d)
     args = (q, k, v, causal, block_m, block_n)
-    call = Call(q, seed=draw_seed(g), args=args)
+    call = Call(args, seed=draw_seed(g))
     return Case(
         name,
         {"causal": causal, "block_m": block_m, "block_n": block_n},
         {},
         [call],
-        kind="function",
         meta={"tol": (2e-4, 2e-5)},
     )
 
@@ -294,7 +294,7 @@ EXERCISE = Exercise(
     order=14,
     notebook="14_flash_triton",
     points=3,
-    kind="function",
+    kind="kernel",
     contract="flash_attention",
     args=("q", "k", "v", "causal", "block_m", "block_n"),
     cases=cases,

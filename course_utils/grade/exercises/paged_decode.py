@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.function import Call
 from ..kit import Mistake, case_titles, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
 from .online_softmax import M_NO_SCALE
 
 
@@ -178,7 +179,7 @@ def cached_tokens(key_pool, value_pool, tables, lens):
 def _tokens_after(case: Case, key_pool, value_pool, tables) -> dict:
     """{"step1.cached_keys", "step1.cached_values"}: the tokens after the step (seq_len + 1 each), or None where
     the state that came back is not the arguments' shape."""
-    args = case.calls[0].fn_args
+    args = case.calls[0].args
     lens = [int(n) + 1 for n in args[6]]
     shapes = [tuple(a.shape) for a in args[3:6]]
     if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (key_pool, value_pool, tables)] != shapes:
@@ -223,13 +224,12 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     new_values = torch.randn(len(seqs), heads, head_dim, generator=g)
     seq_lens = torch.tensor([n for n, _ in seqs], dtype=torch.long)
     args = (query, new_keys, new_values, key_pool, value_pool, tables, seq_lens, num_splits)
-    call = Call(query, seed=draw_seed(g), args=args, state=STATE)
+    call = Call(args, seed=draw_seed(g), state=STATE)
     return Case(
         name,
         {"block_size": block_size, "num_splits": num_splits},
         {},
         [call],
-        kind="function",
         meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {},
     )
 
@@ -244,8 +244,8 @@ def merge_case(name, g, num_chunks=4, rows=3, heads=2, head_dim=8):
         for c in (1 + torch.randperm(num_chunks - 1, generator=g)[:2]).tolist():
             lses[c, r] = top[r] + 2.0 * torch.rand(heads, generator=g)
     outs = torch.randn(num_chunks, rows, heads, head_dim, generator=g)
-    call = Call(outs, seed=draw_seed(g), args=(outs, lses), helper="merge_partials")
-    return Case(name, {"num_chunks": num_chunks}, {}, [call], kind="function", meta={"merge": True})
+    call = Call((outs, lses), seed=draw_seed(g), helper="merge_partials")
+    return Case(name, {"num_chunks": num_chunks}, {}, [call], meta={"merge": True})
 
 
 def cases(g) -> list[Case]:
@@ -296,10 +296,10 @@ def expected(case: Case, variant: PagedVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
         if case.meta.get("merge"):
-            outs, lses = case.calls[0].fn_args
+            outs, lses = case.calls[0].args
             out, lse = _merge(outs, lses, variant)
             return {"step1.out": out, "step1.lse": lse}
-        out, lse, state = paged_forward(case.calls[0].fn_args, variant, state=True)
+        out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
         return {"step1.out": out, "step1.lse": lse, **_tokens_after(case, *state)}
 
 

@@ -23,6 +23,7 @@ from itertools import permutations
 
 import torch
 
+from ..kinds.module import Call, Case
 from ..kit import (
     M_IGNORES_PAST,
     Mistake,
@@ -37,7 +38,6 @@ from ..kit import (
     split_heads,
 )
 from ..registry import Exercise
-from ..types import Call, Case
 
 
 @dataclass(frozen=True)
@@ -526,7 +526,7 @@ EXERCISE = Exercise(
     order=12,
     notebook="12_sliding_window",
     points=3,
-    kind="class",
+    kind="module",
     contract="SlidingWindowAttention",
     args=("d_in", "d_out", "num_heads", "window", "num_sinks", "rope_base"),
     cases=cases,

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
-try:
-    from .texts import Said, said
-except ImportError:  # sandboxed: beside texts.py in /grader
-    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
-        from texts import Said, said
+from .texts import Said, said
 
 _WIDTH = (
     "d_model",

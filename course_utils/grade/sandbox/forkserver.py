@@ -11,7 +11,7 @@ new privileges and an unprivileged user, before the harness reads the plan. The 
 sandbox's. The parent (jail.py) puts each child in its submission's cgroup before it lets it go on, times it and
 kills it; this process never reads a plan or a result: their pipes are handed to the child.
 
-    python forkserver.py SOCKET_FD    (in the sandbox, at /grader, beside the harness)
+    python -c "import sys; sys.path[0] = '/grader'; from sandbox.forkserver import main; main(SOCKET_FD)"
 
 The socket (SOCK_SEQPACKET) carries, per submission: a request (JSON: the submission's file name, the user, the
 limits) with six descriptors (plan, result, stderr, submission, go, ready); the answer ``{"pid": ...}``, sent by the
@@ -30,14 +30,8 @@ import signal
 import socket
 import struct
 import sys
-from typing import TYPE_CHECKING
 
-# torch and the sandbox's modules, imported once here: what every child starts with
-try:  # in-process: part of the course's grader package (read by the type checker and the tests)
-    from . import harness
-except ImportError:  # sandboxed: the sandbox's files side by side in /grader
-    if not TYPE_CHECKING:
-        import harness
+from . import harness  # torch and this package, imported once here: what every child starts with
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
@@ -172,7 +166,8 @@ def _submission_process(request: dict, fds: list[int]) -> None:
         signal.signal(sig, signal.SIG_DFL)
     os.write(ready, SET_UP)  # what fails from here on is the submission's; before, the server's (graded otherwise)
     os.close(ready)
-    sys.argv = ["/grader/harness.py", "-", str(RESULT_FD)]
+    os.environ.update(request["env"])  # what the plan's kinds add (exercise 14's Triton interpreter)
+    sys.argv = ["-c", str(RESULT_FD)]
     harness.main(RESULT_FD)
     os._exit(0)
 
@@ -234,6 +229,7 @@ def serve(sock: socket.socket) -> None:
         sock.send(json.dumps({"status": _exit_code(status)}).encode())
 
 
-if __name__ == "__main__":
+def main(sock_fd: int) -> None:
+    """The server's life: serve the parent on the socket ``sock_fd`` until it closes it (see jail.ForkServer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    serve(socket.socket(fileno=sock_fd))
