@@ -75,7 +75,7 @@ help:
 
 setup: $(COURSE_STAMP)
 
-$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json) etc/uv_pip.py etc/bytecode.py
+$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*.py) etc/uv_pip.py etc/bytecode.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# the installer: uv (on PATH, or bootstrapped from the package index: one wheel, about 20 MB), else pip
 	@want="$(INSTALLER)"; inst=pip; \
@@ -193,7 +193,10 @@ check-exercises: $(STAMP)
 twins: $(STAMP)
 	@# code from the English notebooks, Chinese markdown kept by cell id; twins whose code changed are re-run
 	$(PY) -m authoring.twins sync --execute changed || test $$? -eq 1
-	@$(MAKE) --no-print-directory exercises
+	@# the exercises' two commands, not a recursive make: a sub-make would check the environment's stamps again
+	@# without the options this make was given (make -o .venv/.installed twins must install nothing)
+	$(PY) -m authoring.exercises solutions exercises
+	$(PY) -m authoring.exercises solutions/zh-CN exercises/zh-CN
 	$(PY) -m authoring.twins check
 
 check-twins: $(STAMP)
