@@ -432,11 +432,7 @@ def _run_alone(
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = _wait(proc, timeout)
         _kill_group(proc)
         usage = box.close()  # also kills what escaped the session (a cgroup holds every descendant)
         for t in readers:
@@ -444,6 +440,27 @@ def _run_alone(
     stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
     result, too_big = results[0] if results else (b"", False)
     return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage)
+
+
+def _wait(proc, budget: float) -> bool:
+    """Wait for the child; whether it ran out of time. Its budget is CPU time (limits.tree_cpu_seconds), so that
+    a busy machine or slow page faults never turn a correct submission into a timeout; one that waits instead
+    of computing is stopped after ``limits.WALL_FACTOR`` budgets of wall time. Without /proc: wall time alone."""
+    if not os.path.isdir("/proc"):
+        try:
+            proc.wait(timeout=budget)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+    deadline = time.monotonic() + budget * limits.WALL_FACTOR
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() > deadline or limits.tree_cpu_seconds(proc.pid) > budget:
+            return True
 
 
 def _kill_group(proc):
@@ -567,6 +584,19 @@ class ForkServer:
             raise ServerGone(str(answer))
         return int(answer["status"])
 
+    def _wait(self, host_pid: int, budget: float) -> int | None:
+        """The child's exit code, or None when it ran out of time: as for a sandbox of its own (``_wait``), a budget
+        of CPU time over the child's processes, and ``limits.WALL_FACTOR`` budgets of wall time as the backstop."""
+        if not os.path.isdir("/proc"):
+            return self._status(budget)
+        deadline = time.monotonic() + budget * limits.WALL_FACTOR
+        while True:
+            status = self._status(0.2)
+            if status is not None:
+                return status
+            if time.monotonic() > deadline or limits.tree_cpu_seconds(host_pid) > budget:
+                return None
+
     def run(self, submission: Path, plan: bytes, *, timeout: float, env: Mapping[str, str] | None = None) -> Outcome:
         """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's)."""
         tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
@@ -602,7 +632,6 @@ class ForkServer:
             assert box is not None
             box.enter(host_pid)  # before it goes on: everything it starts is the submission's
             box.watch(host_pid)
-            start = time.monotonic()
             os.write(go_w, b"g")
             os.close(go_w)
             ours.remove(go_w)
@@ -616,7 +645,7 @@ class ForkServer:
                     stdin.write(plan)
             except BrokenPipeError:
                 pass
-            status = self._status(max(0.0, timeout - (time.monotonic() - start)))
+            status = self._wait(host_pid, timeout)
             timed_out = status is None
             if timed_out:
                 try:
