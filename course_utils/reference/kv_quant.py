@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..lang import pick
 from .kv_cache import KVCache
 
 BITS = (2, 4, 8)  # the widths KIVI packs (32 // bits codes per int32); here 8 // bits per byte
@@ -37,14 +38,26 @@ BITS = (2, 4, 8)  # the widths KIVI packs (32 // bits codes per int32); here 8 /
 
 def _check_bits(bits) -> None:
     if bits not in BITS:
-        raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
+        raise ValueError(
+            pick(f"bits must be one of {BITS}, got {bits!r}", f"bits 必须是 {BITS} 之一，收到的是 {bits!r}")
+        )
 
 
 def _check_group(size: int, group_size: int, axis_name: str) -> None:
     if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        raise ValueError(
+            pick(
+                f"group_size must be a positive int, got {group_size!r}",
+                f"group_size 必须是正整数，收到的是 {group_size!r}",
+            )
+        )
     if size % group_size:
-        raise ValueError(f"group_size={group_size} must divide axis {axis_name} into whole groups")
+        raise ValueError(
+            pick(
+                f"group_size={group_size} must divide axis {axis_name} into whole groups",
+                f"group_size={group_size} 必须把第 {axis_name} 轴分成整数个组",
+            )
+        )
 
 
 @dataclass
@@ -81,14 +94,23 @@ def quantize(x: torch.Tensor, bits: int, *, along: int, group_size: int | None =
     """Quantise ``x`` to ``bits`` in groups of ``group_size`` consecutive entries along axis ``along`` (default: the
     whole axis is one group). Keys per channel: ``along=-2`` (tokens); values per token: ``along=-1`` (channels)."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise ValueError(f"x must be a floating-point torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        raise ValueError(
+            pick(
+                f"x must be a floating-point torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}",
+                f"x 必须是浮点 torch.Tensor，收到的是 {getattr(x, 'dtype', type(x).__name__)}",
+            )
+        )
     _check_bits(bits)
     if not -x.ndim <= along < x.ndim:
-        raise ValueError(f"along={along} is not an axis of a {x.ndim}-D tensor")
+        raise ValueError(
+            pick(f"along={along} is not an axis of a {x.ndim}-D tensor", f"along={along} 不是 {x.ndim} 维张量的轴")
+        )
     group_size = x.shape[along] if group_size is None else group_size
     _check_group(x.shape[along], group_size, f"{along} (length {x.shape[along]})")
     if not bool(torch.isfinite(x).all()):
-        raise ValueError("x holds inf or NaN: quantisation needs finite numbers")
+        raise ValueError(
+            pick("x holds inf or NaN: quantisation needs finite numbers", "x 含有 inf 或 NaN：量化需要有限的数")
+        )
     groups = _grouped(x, along, group_size)
     axis = (along % x.ndim) + 1  # the members of a group
     if symmetric:
@@ -114,9 +136,19 @@ def _check_cache_tensors(keys, values) -> None:
     for name, t in (("keys", keys), ("values", values)):
         if not isinstance(t, torch.Tensor) or t.ndim != 4:
             shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a (batch, kv_heads, num_tokens, head_dim) tensor, got {shape}")
+            raise ValueError(
+                pick(
+                    f"{name} must be a (batch, kv_heads, num_tokens, head_dim) tensor, got {shape}",
+                    f"{name} 必须是 (batch, kv_heads, num_tokens, head_dim) 的张量，收到的是 {shape}",
+                )
+            )
     if keys.shape[:3] != values.shape[:3]:
-        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must hold the same tokens")
+        raise ValueError(
+            pick(
+                f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must hold the same tokens",
+                f"键 {tuple(keys.shape)} 和值 {tuple(values.shape)} 必须对应同样的 token",
+            )
+        )
 
 
 def _check_kivi(bits, group_size, residual, head_dim) -> None:
@@ -124,8 +156,12 @@ def _check_kivi(bits, group_size, residual, head_dim) -> None:
     _check_group(head_dim, group_size, f"head_dim (length {head_dim}: values are grouped along their channels)")
     if not isinstance(residual, int) or isinstance(residual, bool) or residual < 1 or residual % group_size:
         raise ValueError(
-            f"residual must be a positive multiple of group_size={group_size} (keys are quantised residual tokens "
-            f"at a time, in whole groups), got {residual!r}"
+            pick(
+                f"residual must be a positive multiple of group_size={group_size} (keys are quantised residual "
+                f"tokens at a time, in whole groups), got {residual!r}",
+                f"residual 必须是 group_size={group_size} 的正整数倍（键每攒够 residual 个才成组量化），"
+                f"收到的是 {residual!r}",
+            )
         )
 
 
@@ -158,7 +194,12 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     _check_bits(bits)
     per_byte = 8 // bits
     if codes.shape[-1] % per_byte:
-        raise ValueError(f"the last axis ({codes.shape[-1]}) must hold whole bytes of {per_byte} codes")
+        raise ValueError(
+            pick(
+                f"the last axis ({codes.shape[-1]}) must hold whole bytes of {per_byte} codes",
+                f"最后一个轴（{codes.shape[-1]}）必须正好装满若干个字节，每字节 {per_byte} 个编码",
+            )
+        )
     grouped = codes.to(torch.uint8).unflatten(-1, (-1, per_byte))  # (..., n / per_byte, per_byte)
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=codes.device)
     return (grouped << shifts).sum(-1, dtype=torch.uint8)  # the codes' bits do not overlap: the sum is an OR
@@ -196,7 +237,12 @@ class QuantizedKVCache(KVCache):
     ):
         _check_kivi(bits, group_size, residual, head_dim)
         if (head_dim * bits) % 8:
-            raise ValueError(f"head_dim={head_dim} codes of {bits} bits do not fill whole bytes")
+            raise ValueError(
+                pick(
+                    f"head_dim={head_dim} codes of {bits} bits do not fill whole bytes",
+                    f"head_dim={head_dim} 个 {bits} 比特的编码装不满整数个字节",
+                )
+            )
         self.shape = (batch_size, num_kv_heads, head_dim)
         self.bits, self.group_size, self.residual = bits, group_size, residual
         self.dtype, self.device = dtype, device

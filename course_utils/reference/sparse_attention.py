@@ -32,6 +32,7 @@ import math
 import torch
 from torch import nn
 
+from ..lang import pick
 from ._checks import check_tokens
 from .kv_cache import GrowingLatentKVCache, LatentKVCache
 from .mla import MultiHeadLatentAttention
@@ -42,9 +43,19 @@ PAD = -1  # an unused selection slot
 
 def _check_tensor(x, ndim: int, name: str, shape: str) -> None:
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of shape {shape}, got {type(x).__name__}")
+        raise ValueError(
+            pick(
+                f"{name} must be a torch.Tensor of shape {shape}, got {type(x).__name__}",
+                f"{name} 必须是形状为 {shape} 的 torch.Tensor，收到的是 {type(x).__name__}",
+            )
+        )
     if x.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape}, got a {x.ndim}-D tensor of shape {tuple(x.shape)}")
+        raise ValueError(
+            pick(
+                f"{name} must have shape {shape}, got a {x.ndim}-D tensor of shape {tuple(x.shape)}",
+                f"{name} 的形状必须是 {shape}，收到的是形状为 {tuple(x.shape)} 的 {x.ndim} 维张量",
+            )
+        )
 
 
 def indexer_scores(q_idx: torch.Tensor, k_idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -59,9 +70,19 @@ def indexer_scores(q_idx: torch.Tensor, k_idx: torch.Tensor, weights: torch.Tens
     _check_tensor(weights, 3, "weights", "(batch, num_queries, index_heads)")
     b, tq, h, d = q_idx.shape
     if k_idx.shape[0] != b or k_idx.shape[2] != d:
-        raise ValueError(f"k_idx {tuple(k_idx.shape)} does not fit q_idx {tuple(q_idx.shape)}: need (B={b}, Tk, {d})")
+        raise ValueError(
+            pick(
+                f"k_idx {tuple(k_idx.shape)} does not fit q_idx {tuple(q_idx.shape)}: need (B={b}, Tk, {d})",
+                f"k_idx {tuple(k_idx.shape)} 与 q_idx {tuple(q_idx.shape)} 不匹配：需要 (B={b}, Tk, {d})",
+            )
+        )
     if weights.shape != (b, tq, h):
-        raise ValueError(f"weights must have shape (B={b}, Tq={tq}, index_heads={h}), got {tuple(weights.shape)}")
+        raise ValueError(
+            pick(
+                f"weights must have shape (B={b}, Tq={tq}, index_heads={h}), got {tuple(weights.shape)}",
+                f"weights 的形状必须是 (B={b}, Tq={tq}, index_heads={h})，收到的是 {tuple(weights.shape)}",
+            )
+        )
     per_head = torch.relu(torch.einsum("bqhd,bkd->bqhk", q_idx, k_idx))  # (B, Tq, H_I, Tk), >= 0
     return torch.einsum("bqhk,bqh->bqk", per_head, weights)
 
@@ -74,10 +95,17 @@ def top_k_indices(scores: torch.Tensor, top_k: int) -> torch.Tensor:
     """
     _check_tensor(scores, 3, "scores", "(batch, num_queries, num_keys)")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+        raise ValueError(
+            pick(f"top_k must be a positive int, got {top_k!r}", f"top_k 必须是正整数，收到的是 {top_k!r}")
+        )
     _, tq, tk = scores.shape
     if tq > tk:
-        raise ValueError(f"top-k selection: {tq} queries cannot follow only {tk} keys")
+        raise ValueError(
+            pick(
+                f"top-k selection: {tq} queries cannot follow only {tk} keys",
+                f"前 k 个选择：{tq} 个查询不能只跟在 {tk} 个键之后",
+            )
+        )
     query_pos = torch.arange(tk - tq, tk, device=scores.device)[:, None]  # (Tq, 1): absolute positions
     future = torch.arange(tk, device=scores.device) > query_pos  # (Tq, Tk), True = hidden
     kept = min(top_k, tk)
@@ -115,16 +143,35 @@ def sparse_attention(q, k, v, indices, scale: float | None = None) -> torch.Tens
     h_kv, tk = k.shape[1], k.shape[2]
     if k.shape[0] != b or k.shape[3] != d or v.shape[:3] != k.shape[:3] or h % h_kv:
         raise ValueError(
-            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not fit: k and v need "
-            f"(B={b}, H_kv, Tk, ...) with H_kv dividing H={h} and k's last axis {d}"
+            pick(
+                f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not fit: k and v need "
+                f"(B={b}, H_kv, Tk, ...) with H_kv dividing H={h} and k's last axis {d}",
+                f"q {tuple(q.shape)}、k {tuple(k.shape)} 和 v {tuple(v.shape)} 不匹配：k 和 v 需要 "
+                f"(B={b}, H_kv, Tk, ...)，H_kv 整除 H={h}，k 的最后一维为 {d}",
+            )
         )
     if indices.shape[:2] != (b, tq):
-        raise ValueError(f"indices must have shape (B={b}, Tq={tq}, top_k), got {tuple(indices.shape)}")
+        raise ValueError(
+            pick(
+                f"indices must have shape (B={b}, Tq={tq}, top_k), got {tuple(indices.shape)}",
+                f"indices 的形状必须是 (B={b}, Tq={tq}, top_k)，收到的是 {tuple(indices.shape)}",
+            )
+        )
     if bool((indices >= tk).any()) or bool((indices < PAD).any()):
-        raise ValueError(f"indices must lie in [0, {tk - 1}] (or be -1 for an unused slot)")
+        raise ValueError(
+            pick(
+                f"indices must lie in [0, {tk - 1}] (or be -1 for an unused slot)",
+                f"indices 必须在 [0, {tk - 1}] 之间（没用到的位置为 -1）",
+            )
+        )
     used = indices >= 0  # (B, Tq, K)
     if not bool(used.any(-1).all()):
-        raise ValueError("a query has no selected key: every row of indices needs at least one index >= 0")
+        raise ValueError(
+            pick(
+                "a query has no selected key: every row of indices needs at least one index >= 0",
+                "有一个查询没有选中任何键：indices 的每一行至少要有一个 >= 0 的下标",
+            )
+        )
     top_k = indices.shape[-1]
     flat = indices.clamp(min=0).reshape(b, 1, tq * top_k, 1)  # the gather reads slot 0 for padding, then hides it
     k_sel = k.gather(2, flat.expand(b, h_kv, tq * top_k, d)).view(b, h_kv, tq, top_k, d)  # one gather for all heads
@@ -158,7 +205,12 @@ def indexer_warmup_loss(index_scores: torch.Tensor, attention_weights: torch.Ten
     _check_tensor(attention_weights, 4, "attention_weights", "(batch, heads, num_queries, num_keys)")
     if attention_weights.shape[0] != index_scores.shape[0] or attention_weights.shape[2:] != index_scores.shape[1:]:
         raise ValueError(
-            f"attention_weights {tuple(attention_weights.shape)} do not fit index_scores {tuple(index_scores.shape)}"
+            pick(
+                f"attention_weights {tuple(attention_weights.shape)} do not fit index_scores "
+                f"{tuple(index_scores.shape)}",
+                f"attention_weights {tuple(attention_weights.shape)} 与 index_scores "
+                f"{tuple(index_scores.shape)} 不匹配",
+            )
         )
     target = attention_weights.detach().sum(1)  # (B, Tq, Tk)
     target = target / target.sum(-1, keepdim=True)
@@ -191,9 +243,16 @@ class LightningIndexer(nn.Module):
         super().__init__()
         for name, value in (("n_heads", n_heads), ("head_dim", head_dim)):
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(
+                    pick(f"{name} must be a positive int, got {value!r}", f"{name} 必须是正整数，收到的是 {value!r}")
+                )
         if not isinstance(rope_dim, int) or rope_dim < 0 or rope_dim % 2 or rope_dim > head_dim:
-            raise ValueError(f"rope_dim must be an even int in [0, head_dim={head_dim}], got {rope_dim!r}")
+            raise ValueError(
+                pick(
+                    f"rope_dim must be an even int in [0, head_dim={head_dim}], got {rope_dim!r}",
+                    f"rope_dim 必须是 [0, head_dim={head_dim}] 之间的偶数，收到的是 {rope_dim!r}",
+                )
+            )
         self.n_heads, self.head_dim, self.rope_dim, self.rope_base = n_heads, head_dim, rope_dim, rope_base
         self.wq = nn.Linear(q_in, n_heads * head_dim, bias=False)
         self.wk = nn.Linear(d_in, head_dim, bias=False)
@@ -293,26 +352,48 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             rope_base=rope_base,
         )
         if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+            raise ValueError(
+                pick(f"top_k must be a positive int, got {top_k!r}", f"top_k 必须是正整数，收到的是 {top_k!r}")
+            )
         self.top_k = top_k
         self.indexer = LightningIndexer(d_in, q_latent_dim or d_in, index_heads, index_dim, index_rope_dim, rope_base)
 
     def make_cache(self, batch_size: int, preallocate: bool = False, max_len: int | None = None) -> LatentKVCache:
         """A growing latent cache that also keeps the indexer's keys."""
         if preallocate:
-            raise ValueError("SparseLatentAttention keeps a growing cache (latents and index keys): preallocate=False")
+            raise ValueError(
+                pick(
+                    "SparseLatentAttention keeps a growing cache (latents and index keys): preallocate=False",
+                    "SparseLatentAttention 用的是逐步增长的缓存（潜在向量和索引键）：preallocate=False",
+                )
+            )
         return SparseLatentCache()
 
     def forward(self, x, *, cache=None, absorb=False, return_weights=False, return_indices=False):
         if return_weights:
-            raise ValueError("return_weights: not kept by the sparse layer; use return_indices for the selection")
+            raise ValueError(
+                pick(
+                    "return_weights: not kept by the sparse layer; use return_indices for the selection",
+                    "稀疏层不保留注意力权重（return_weights）；要看选择结果请用 return_indices",
+                )
+            )
         if cache is not None and not isinstance(cache, SparseLatentCache):
-            raise ValueError("a SparseLatentAttention needs its own cache (make_cache): it keeps the index keys too")
+            raise ValueError(
+                pick(
+                    "a SparseLatentAttention needs its own cache (make_cache): it keeps the index keys too",
+                    "SparseLatentAttention 需要它自己的缓存（make_cache）：它还要存索引键",
+                )
+            )
         check_tokens(x, self.d_in, self.context_length)
         b, n, _ = x.shape
         past_len = 0 if cache is None else cache.seq_len
         if past_len + n > self.context_length:
-            raise ValueError(f"{past_len} cached + {n} new tokens exceed context_length={self.context_length}")
+            raise ValueError(
+                pick(
+                    f"{past_len} cached + {n} new tokens exceed context_length={self.context_length}",
+                    f"已缓存 {past_len} 个 + 新的 {n} 个 token 超过了 context_length={self.context_length}",
+                )
+            )
         positions = torch.arange(past_len, past_len + n, device=x.device)
         q_nope, q_rope, c_kv, k_rope = self._project(x, positions, cache)
         num_keys = c_kv.shape[1]
