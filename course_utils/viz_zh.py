@@ -189,6 +189,20 @@ LABELS = {
     "key-value pairs in the sequence": "序列中的键值对数",
     "queries answered right": "答对的查询比例",
     "associative recall: 2 heads of 8 x 8 state per linear layer": "联想回忆：每个线性层 2 个头，每头 8 x 8 的状态",
+    # 17
+    "indexer warm-up loss": "索引器预热的损失",
+    "recall of the dense top-4": "对稠密注意力前 4 个键的召回率",
+    "keys the indexer keeps": "索引器留下的键",
+    "bits per number": "每个数的比特数",
+    "error of a decoding step's output": "一步解码输出的误差",
+    "KIVI (keys per channel, window 32)": "KIVI（键逐通道，窗口 32）",
+    "keys per channel, no window": "键逐通道，无窗口",
+    "keys per token": "键逐 token",
+    "bytes per token and K/V head": "每个 token、每个 K/V 头的字节数",
+    "bytes a token costs: head_dim 128, groups of 32": "一个 token 的字节数：head_dim 128，每组 32",
+    "share of layer 1's attention (p)": "第 1 层注意力的占比（p）",
+    "KL(p || softmax(I))": "KL 散度 KL(p || softmax(I))",
+    "float16": "float16（半精度）",
 }
 
 PATTERNS = [
@@ -242,6 +256,13 @@ PATTERNS = [
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
         (r"^(\S+): (\d+) linear \+ (\d+) full-attention layers$", r"\1：\2 层线性 + \3 层完整注意力"),
         (r"^delta rule, β = (\S+), (\d+) pass\(es\)$", r"delta 规则，β = \1，写 \2 遍"),
+        (
+            r"^(warmed-up|untrained) indexer, top-(\d+): red frames = the keys it keeps$",
+            lambda m: (
+                {"warmed-up": "预热过的", "untrained": "未训练的"}[m.group(1)]
+                + f"索引器，前 {m.group(2)} 个：红框 = 它留下的键"
+            ),
+        ),
         (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
         (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
         (
