@@ -241,7 +241,10 @@ def dropout_problem(case: Case, outputs: dict):
         return None  # the output check reports this
     p = float(case.ctor["dropout"])
     if torch.allclose(tr, ev, rtol=RTOL, atol=ATOL):
-        return DROPOUT_IGNORED.key, DROPOUT_IGNORED.message
+        # the only dropout the module had was the one after its output projection (left out in interview mode)
+        left_out = isinstance(outputs.get("step2.out_dropout"), torch.Tensor)
+        mistake = DROPOUT_ON_OUTPUT if left_out else DROPOUT_IGNORED
+        return mistake.key, mistake.message
 
     def dropped_weights(e, t):
         kept_value = (t - e / (1 - p)).abs() <= 1e-4 + 1e-3 * e.abs()
@@ -390,6 +393,10 @@ def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list
     exercise = ex.id
     total = total_checks(cases)
     refusals = _refusals(ex, records, refusals)
+    if any(name.endswith(".out_dropout") for rec in records for name in rec.get("outputs", {})):
+        assumed = (
+            Msg("assumed.output_dropout", assumed=assumed) if assumed else Msg("assumed.output_dropout_alone")
+        )
     interview = ex.interview
     if refusals:
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"

@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 import os
 import resource
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from . import limits
@@ -151,8 +153,10 @@ def _ro_bind_with_parents(path: str, made: set) -> list:
     return args + ["--ro-bind", path, path]
 
 
-def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int, slot: int) -> list:
-    """The bwrap command line that runs the harness on one submission."""
+def command(
+    lib: Path, submission_fd: int, submission_name: str, result_fd: int, slot: int, ready_fd: int | None = None
+) -> list:
+    """The bwrap command line that runs the harness on one submission (``ready_fd``: where it says it is ready)."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
     cmd = [
@@ -247,7 +251,11 @@ def command(lib: Path, submission_fd: int, submission_name: str, result_fd: int,
             "--no-new-privs",
             "--",
         ]
-    return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)]
+    return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)] + _ready_arg(ready_fd)
+
+
+def _ready_arg(ready_fd: int | None) -> list:
+    return [] if ready_fd is None else [str(ready_fd)]
 
 
 def sandbox_uid(slot: int) -> int:
@@ -291,10 +299,14 @@ class Outcome:
         timed_out: bool,
         too_big: bool,
         usage: limits.Usage | None = None,
+        seconds: float = 0.0,
+        start_timed_out: bool = False,
     ):
         self.returncode, self.result, self.stderr_tail = returncode, result, stderr_tail
         self.timed_out, self.too_big = timed_out, too_big
         self.usage = usage or limits.Usage()
+        self.seconds = seconds  # the submission's own time: from the harness being ready to its end
+        self.start_timed_out = start_timed_out  # the harness was not ready within limits.START_SECONDS
 
 
 def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None = None):
@@ -314,15 +326,19 @@ def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None 
 def run(
     submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True, with_model: bool = False
 ) -> Outcome:
-    """Run the harness on ``submission`` with ``plan``; the submission itself is only read."""
+    """Run the harness on ``submission`` with ``plan``; the submission itself is only read. ``timeout`` bounds the
+    submission's own time: it starts when the harness says it is ready (torch imported, the plan read), so that the
+    grader's own start-up, seconds longer on a loaded machine, never counts against a learner's code; the start-up
+    has its own bound, ``limits.START_SECONDS``."""
     result_r, result_w = os.pipe()
+    ready_r, ready_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
         lib = build_lib(Path(tmp) / "lib", with_model)
         if sandboxed:
             if probe() is not None:
                 raise SandboxUnavailable(probe())
             os.set_inheritable(sub.fileno(), True)
-            cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot)
+            cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot, ready_w)
             tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
             nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks
             cwd, env = tmp, {}
@@ -330,7 +346,7 @@ def run(
             private = Path(tmp) / "submission"
             private.mkdir()
             shutil.copyfile(submission, private / ("submission" + submission.suffix))
-            cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w)]
+            cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w), str(ready_w)]
             nproc = _user_processes() + limits.MAX_TASKS
             cwd = str(private)
             env = {
@@ -351,15 +367,18 @@ def run(
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(result_w, sub.fileno()),
+                pass_fds=(result_w, ready_w, sub.fileno()),
                 start_new_session=True,
                 preexec_fn=_limits(nproc, box),
             )
         except BaseException:
             box.close()
+            os.close(ready_r)
+            os.close(ready_w)
             raise
         box.watch(proc.pid)
         os.close(result_w)
+        os.close(ready_w)
         errs: list[tuple[bytes, bool]] = []  # (what was read, whether it went past the limit)
         results: list[tuple[bytes, bool]] = []
         readers = [
@@ -374,18 +393,26 @@ def run(
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        timed_out = False
+        timed_out = start_timed_out = False
+        with os.fdopen(ready_r, "rb", buffering=0) as ready:
+            if select.select([ready], [], [], limits.START_SECONDS)[0]:
+                ready.read(1)  # b"1" once ready; b"" when the harness ended before (its exit says why)
+            else:
+                timed_out = start_timed_out = True
+        started = time.monotonic()
         try:
-            proc.wait(timeout=timeout)
+            if not timed_out:
+                proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+        seconds = time.monotonic() - started
         _kill_group(proc)
         usage = box.close()  # also kills what escaped the session (a cgroup holds every descendant)
         for t in readers:
             t.join(timeout=10)
     stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
     result, too_big = results[0] if results else (b"", False)
-    return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage)
+    return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage, seconds, start_timed_out)
 
 
 def _kill_group(proc):

@@ -29,7 +29,9 @@ MEMORY_TOTAL = 4 << 30  # all of one submission's processes, shared memory and t
 MAX_TASKS = 64  # processes and threads in the submission's cgroup (and of the sandbox's user)
 FALLBACK_TASKS = 16  # without a cgroup: RLIMIT_NPROC (per sandbox user), so RLIMIT_AS x 16 at worst
 SAMPLE_SECONDS = 0.1  # the fallback's watchdog
-SUBMISSION_BUDGET = 30.0  # seconds of wall time per submission, all its sandboxes together (--timeout)
+SUBMISSION_BUDGET = 30.0  # seconds of wall time per submission, all its sandboxes together (--timeout), counted
+# from the moment each sandbox's harness is ready: the grader's own start-up (importing torch) is not the learner's
+START_SECONDS = 180.0  # the harness's start-up (python and torch imported, the plan read), however loaded the machine
 ENV = "ATTN_GRADE_LIMITS"
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -30,6 +30,19 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     ),
     "result.no_reason": ("failed", "未通过"),
     "result.assumed": ("({assumed})", "（{assumed}）"),
+    "assumed.output_dropout": (
+        "{assumed}; the dropout after the output projection (as nanoGPT's resid_dropout) was left out of the "
+        "training-mode check: it is a legitimate place for one, and the check is about the dropout on the attention "
+        "weights",
+        "{assumed}；输出投影之后的 dropout（如 nanoGPT 的 resid_dropout）没有计入训练模式的检查：那里放 dropout "
+        "是合理的，这项检查看的是注意力权重上的 dropout",
+    ),
+    "assumed.output_dropout_alone": (
+        "the dropout after the output projection (as nanoGPT's resid_dropout) was left out of the training-mode "
+        "check: it is a legitimate place for one, and the check is about the dropout on the attention weights",
+        "输出投影之后的 dropout（如 nanoGPT 的 resid_dropout）没有计入训练模式的检查：那里放 dropout 是合理的，"
+        "这项检查看的是注意力权重上的 dropout",
+    ),
     # ---------------------------------------------------------------------------------------- not implemented
     "not_implemented.write": (
         "not implemented yet: write {name} (it raises NotImplementedError)",
@@ -170,8 +183,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "（被丢弃的权重为 0，其余的乘以 1/(1-p)）",
     ),
     "mutant.dropout_on_output": (
-        "dropout applied to the output instead of the attention weights",
-        "dropout 作用在了输出上，应当作用在注意力权重上",
+        "dropout applied to the output instead of the attention weights (a dropout after the output projection "
+        "may come in addition, not instead)",
+        "dropout 作用在了输出上，应当作用在注意力权重上（输出投影之后可以再加一个 dropout，但不能代替它）",
     ),
     "mutant.dropout_on_values": (
         "dropout applied to the values: every query then loses the same keys; dropout acts on the attention "

@@ -4,7 +4,6 @@ compute the verdict here from the raw outputs that come back."""
 from __future__ import annotations
 
 import io
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +35,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     "run.timeout": (
         "grading stopped after {seconds:g} s (an infinite loop?)",
         "评分在 {seconds:g} 秒后被终止（是不是有死循环？）",
+    ),
+    "run.start_timeout": (
+        "the grader's sandbox did not start within {seconds:g} s: the machine is overloaded, not your code; grade "
+        "it again",
+        "评分沙箱在 {seconds:g} 秒内没能启动：是机器负载太高，不是你的代码的问题；请重新评分",
     ),
     "run.too_large": ("the submission's grading result was too large", "这份提交返回的评分结果太大了"),
     "run.ended": (
@@ -76,6 +80,7 @@ class SubmissionReport:
     peak_memory: int = 0  # bytes, the largest of its sandbox runs (0 where not measured)
     seconds: float = 0.0  # wall time, set by the batch
     limit_notes: list = field(default_factory=list, repr=False)  # limits hit by a run that still finished
+    budget_spent: float = field(default=0.0, repr=False)  # seconds of the submission's own time, its runs together
 
     @property
     def passed(self) -> bool:
@@ -134,6 +139,9 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
         report.peak_memory = max(report.peak_memory, usage.peak)
+        report.budget_spent += getattr(outcome, "seconds", 0.0)
+    if getattr(outcome, "start_timed_out", False):
+        return None, ("crashed", Msg("run.start_timeout", seconds=limits.START_SECONDS))
     if outcome.timed_out:
         return None, ("timeout", Msg("run.timeout", seconds=total_timeout))
     if outcome.too_big:
@@ -217,7 +225,6 @@ def grade_file(
     of its own, the only one where the course's GPT (and so its attention modules) can be imported."""
     path = Path(path)
     report = SubmissionReport(str(path))
-    deadline = time.monotonic() + total_timeout  # the budget covers every sandbox this submission gets
     for ex in exercises or []:
         get(ex)  # a clear error for an unknown exercise
     try:
@@ -264,7 +271,7 @@ def grade_file(
             report.results += _answers(data.get("answers"))
             report.results += [_result(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
     for ex in models:
-        left = max(1.0, deadline - time.monotonic())
+        left = max(1.0, total_timeout - report.budget_spent)  # the budget covers every sandbox it gets
         report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
     return report
 

@@ -232,7 +232,71 @@ class Attend(nn.Module):
         return self.toOut(out)
 '''
 
+# q, k and v stacked along a leading axis of one raw parameter, each piece used as x @ W[i]
+STACKED_XW = HEADER + '''
+class Attn(nn.Module):
+    def __init__(self, width, n_heads, p_drop=0.0):
+        super().__init__()
+        self.nh = n_heads
+        self.w_in = nn.Parameter(torch.randn(3, width, width) / width ** 0.5)
+        self.w_out = nn.Linear(width, width)
+        self.p_drop = p_drop
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (torch.matmul(x, self.w_in[i]).view(B, T, self.nh, -1).transpose(1, 2) for i in range(3))
+        s = q @ k.transpose(-2, -1) / math.sqrt(C // self.nh)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        a = F.dropout(s.softmax(-1), self.p_drop, self.training)
+        return self.w_out((a @ v).transpose(1, 2).reshape(B, T, C))
+'''
+
+# q, k, v and the output projection in one (4, d, d) parameter with a (4, d) bias, applied with F.linear; dropout
+# on the attention weights and after the output projection (a to_out of Linear and Dropout, as lucidrains writes)
+STACKED_QKVO = HEADER + '''
+class QKVO(nn.Module):
+    def __init__(self, d, heads, drop=0.0):
+        super().__init__()
+        self.heads = heads
+        self.W = nn.Parameter(torch.empty(4, d, d).uniform_(-d ** -0.5, d ** -0.5))
+        self.b = nn.Parameter(torch.zeros(4, d))
+        self.attn_drop = nn.Dropout(drop)
+        self.out_drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        h = lambda t: t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
+        q, k, v = (h(F.linear(x, self.W[i], self.b[i])) for i in range(3))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D // self.heads)
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = self.attn_drop(att.softmax(-1)) @ v
+        return self.out_drop(F.linear(y.transpose(1, 2).reshape(B, T, D), self.W[3], self.b[3]))
+'''
+
+# dropout on the attention weights and on the output projection's result, whatever the dropouts are called
+TO_OUT_DROPOUT = HEADER + '''
+class Attention(nn.Module):
+    def __init__(self, dim, heads=8, dim_head=64, dropout=0.0):
+        super().__init__()
+        inner = heads * dim_head
+        self.heads = heads
+        self.to_qkv = nn.Linear(dim, 3 * inner, bias=False)
+        self.attend_drop = nn.Dropout(dropout)
+        self.to_out = nn.Sequential(nn.Linear(inner, dim), nn.Dropout(dropout))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (t.reshape(b, n, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, dim=-1))
+        dots = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        dots = dots.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        out = (self.attend_drop(dots.softmax(-1)) @ v).transpose(1, 2).reshape(b, n, -1)
+        return self.to_out(out)
+'''
+
 HONEST = {
+    "stacked_xw": (STACKED_XW, "Attn"),
+    "stacked_qkvo": (STACKED_QKVO, "QKVO"),
+    "to_out_dropout": (TO_OUT_DROPOUT, "Attention"),
     "fused_3hd": (FUSED_3HD, "SelfAttn"),
     "fused_h3d": (FUSED_H3D, "Attention"),
     "per_head_modules": (PER_HEAD_MODULES, "MultiHead"),
@@ -252,7 +316,12 @@ SOFTMAX_WRONG_AXIS = PER_HEAD_PARAMETERS.replace("scores.softmax(dim=-1)", "scor
 HEADS_MERGED_WRONG = MODULE_DICT.replace("(a @ v).transpose(1, 2).reshape(B, T, W)", "(a @ v).reshape(B, T, W)")
 NO_MASK = EINSUM_TRANSPOSED.replace('        scores = scores.masked_fill(~causal, float("-inf"))\n', "")
 
+MASK_TRANSPOSED = STACKED_XW.replace("torch.ones(T, T, dtype=torch.bool).triu(1)", "torch.ones(T, T, dtype=torch.bool).tril(-1)")
+OUTPUT_DROPOUT_ONLY = TO_OUT_DROPOUT.replace("self.attend_drop(dots.softmax(-1))", "dots.softmax(-1)")
+
 WRONG = {
+    "mask_transposed": (MASK_TRANSPOSED, "Attn"),
+    "output_dropout_only": (OUTPUT_DROPOUT_ONLY, "Attention"),
     "no_scale": (NO_SCALE, "SelfAttn"),
     "softmax_wrong_axis": (SOFTMAX_WRONG_AXIS, "MultiHeadAttn"),
     "heads_merged_wrong": (HEADS_MERGED_WRONG, "CausalMHA"),

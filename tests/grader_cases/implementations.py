@@ -301,6 +301,9 @@ _MHA_MUTANTS = [
     ("mask_inverted", {"MASK": "hide = self.mask[:n, :n] == 0"}),
     ("mask_inverted", {"MASK": "hide = self.mask[:n, :n] == 0", "FILL": "scores = scores.masked_fill(hide, -1e9)"}),
     ("mask_zero_fill", {"FILL": "scores = scores.masked_fill(hide, 0)"}),
+    ("mask_transposed", {"MASK": "hide = self.mask.bool()[:n, :n].T"}),
+    ("mask_transposed", {"MASK": "hide = torch.tril(torch.ones(n, n), diagonal=-1).bool()",
+                         "FILL": "scores = scores.masked_fill(hide, -1e9)"}),
     ("mask_after_softmax", {"FILL": "pass", "DROPOUT": "w = self.dropout(w.masked_fill(hide, 0.0))"}),
     ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n), diagonal=0).bool()"}),
     ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n), diagonal=0).bool()",
@@ -343,6 +346,7 @@ MUTANTS = {
     ],
     "causal": [
         ("mask_inverted", {"MASK": "hide = self.mask.bool()[:n, :n] == 0"}),
+        ("mask_transposed", {"MASK": "hide = torch.ones(n, n, dtype=torch.bool).tril(-1)  # meant: the future"}),
         ("mask_zero_fill", {"FILL": "scores = scores.masked_fill(hide, 0.0)"}),
         ("mask_after_softmax", {"FILL": "pass", "DROPOUT": "w = self.dropout(w * ~hide)"}),
         ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n, dtype=torch.bool))"}),

@@ -8,12 +8,13 @@ of its own: ``cells`` (running the submission), ``finding`` (which class answers
 cases, and the calls recorded by ``tracing`` and ``measuring``), ``answers`` (the numeric follow-ups),
 ``model_exercise`` (the capstone), ``errors`` (a learner's error as plain data).
 
-Sandboxed use: python harness.py - RESULT_FD (the plan on stdin). In-process use: ``running.run_exercise`` (the
+Sandboxed use: python harness.py - RESULT_FD [READY_FD] (the plan on stdin). In-process use: ``running.run_exercise`` (the
 notebooks' check).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ try:  # in-process: part of the course's grader package
     from .model_exercise import run_on_model
     from .running import run_exercise
     from .texts import english, said
+    from .tracing import RefusingFlex
 except ImportError:  # sandboxed: the sandbox's files side by side in /grader
     if not TYPE_CHECKING:  # the type checker reads the package's modules, above
         from answers import number_answer
@@ -38,14 +40,19 @@ except ImportError:  # sandboxed: the sandbox's files side by side in /grader
         from model_exercise import run_on_model
         from running import run_exercise
         from texts import english, said
+        from tracing import RefusingFlex
 
 
-def main(result_fd: int) -> None:
-    """Read the plan from stdin, run the submission, write the result to ``result_fd`` (a pipe)."""
+def main(result_fd: int, ready_fd: int | None = None) -> None:
+    """Read the plan from stdin, run the submission, write the result to ``result_fd`` (a pipe). Once torch is
+    imported and the plan read, one byte on ``ready_fd`` tells the parent that the submission's own time starts."""
     import io
 
     plan = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)
     sys.stdin.close()
+    if ready_fd is not None:
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, alarm)
     timeout = float(plan["cell_timeout"])
@@ -58,6 +65,9 @@ def main(result_fd: int) -> None:
         notes_said.append(said(key, **args))
         notes.append(english(notes_said[-1]))
 
+    interview = any(spec.get("trace") for spec in plan["exercises"].values())
+    refusing = RefusingFlex() if interview else contextlib.nullcontext()
+    refusing.__enter__()  # for the cells and every exercise: the process ends after the result is written
     learner_files = run_cells(plan["cells"], namespace, timeout, note)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}
@@ -135,4 +145,4 @@ def main(result_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[2]))
+    main(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -4,6 +4,7 @@ from call to call, the calls it makes into fused attention. Never raises for a l
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -14,7 +15,7 @@ try:  # in-process: part of the course's grader package
     from .errors import ContractError, describe_exception
     from .measuring import PeakMemory, largest_float_tensor
     from .texts import Said, said
-    from .tracing import FusedTracer, Traced, raised_by_flex
+    from .tracing import FusedTracer, RefusingFlex, Traced, raised_by_flex
 except ImportError:  # sandboxed: the sandbox's files side by side in /grader
     if not TYPE_CHECKING:  # the type checker reads the package's modules, above
         import dialects
@@ -22,7 +23,7 @@ except ImportError:  # sandboxed: the sandbox's files side by side in /grader
         from errors import ContractError, describe_exception
         from measuring import PeakMemory, largest_float_tensor
         from texts import Said, said
-        from tracing import FusedTracer, Traced, raised_by_flex
+        from tracing import FusedTracer, RefusingFlex, Traced, raised_by_flex
 
 
 def _shape(t):
@@ -128,10 +129,12 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
         return ranks.run_ring_case(fn, exchange, case, describe_exception, learner_files)
     try:
         fn = fn if call.get("helper") is None else _helper(fn, call["helper"])
-        tracker = largest_float_tensor()
+        bounded = call.get("tile_bound") is not None  # a tiled function: what it builds is measured
+        tracker = largest_float_tensor() if bounded else contextlib.nullcontext()
         torch.manual_seed(call["seed"])
         args = [_fresh(a) for a in call["args"]]
-        with torch.no_grad(), PeakMemory() as peak, tracker:
+        # (measuring the peak collects garbage first: a tenth of a second with torch loaded, more on a busy machine)
+        with torch.no_grad(), PeakMemory() if bounded else contextlib.nullcontext() as peak, tracker:
             result = fn(*args)
         written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
         del args  # the state the call wrote into the arguments it was handed, read back above
@@ -139,7 +142,7 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
             name = fn.__name__ if isinstance(getattr(fn, "__name__", None), str) else said("the_function")
             raise ContractError("function_pair", name=name, type=type(result).__name__)
         record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1]), **written}
-        if call.get("tile_bound") is not None:
+        if bounded:
             tiled = tracker.numel <= call["tile_bound"]
             if call.get("peak_bound") is not None and peak.rise is not None:
                 tiled = tiled and peak.rise <= call["peak_bound"]
@@ -271,6 +274,8 @@ def run_case(
                 else:
                     out, present, x = _call(caller, call, past)
                 outputs[f"{tag}.out"] = _plain(out)
+                if getattr(caller, "output_dropout", False):  # a dropout after the output projection, left out
+                    outputs[f"{tag}.out_dropout"] = torch.tensor(1.0)
                 if call["use_cache"] is not None:
                     first_name, second_name = case.get("present_names", ("keys", "values"))
                     outputs[f"{tag}.{first_name}"] = None if present is None else _plain(present[0])
@@ -334,7 +339,8 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
     settled: dict = {}
     if ctors[0] is not None:  # interview mode, another dialect: place by role and shape where names do not
         try:
-            settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
+            with RefusingFlex() if plan.get("trace") else contextlib.nullcontext():
+                settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
         except Exception:  # noqa: BLE001 - no mapping or placement settled: each case is built by name and says why
             pass
     dialected = bool(plan.get("dialects"))
@@ -343,7 +349,7 @@ def run_exercise(cls, plan: dict, learner_files=None) -> list:
             run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
             for i, case in enumerate(cases)
         ]
-    with FusedTracer() as tracer:  # every call of every case, training and eval mode, backward included
+    with RefusingFlex(), FusedTracer() as tracer:  # every call of every case, training and eval mode, backward
         records = [
             run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled, square, dialected)
             for i, case in enumerate(cases)
