@@ -97,6 +97,12 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "{step}: absorb=True built per-head keys or values of every cached token",
         "{step}：absorb=True 时为每个缓存的 token 构造了每个头的键或值",
     ),
+    "compare.not_p2p": (
+        "{step}: ring_exchange went through a collective (or a rank other than its two neighbours): a ring passes "
+        "each chunk to rank + 1 with point-to-point sends and receives",
+        "{step}：ring_exchange 用了集合通信（或与两个邻居之外的 rank 通信）：环是用点对点的发送和接收把每个块传给 "
+        "rank + 1",
+    ),
     "compare.nan": ("{label} contains NaN", "{label}中出现了 NaN"),
     "compare.differs": (
         "{label} differs from the reference (max abs difference {diff:.3g})",

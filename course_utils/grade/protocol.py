@@ -249,7 +249,7 @@ def _expected_names(case: Case, params: list) -> set:
         names |= {f"step{i}.{name}" for name, _ in call.state}
         ranks = call.ranks or 0  # a ring of processes: each rank's result and the chunks it received
         for r in range(ranks):
-            names |= {f"rank{r}.out", f"rank{r}.lse"}
+            names |= {f"rank{r}.out", f"rank{r}.lse", f"rank{r}.p2p"}
             names |= {f"rank{r}.recv{t}.{kv}" for t in range(1, ranks) for kv in "kv"}
         if call.use_cache is not None:
             names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}

@@ -18,12 +18,12 @@ def chunk_positions(seq_len, world_size, layout):
 
 def ring_step(q, k_chunk, v_chunk, out, lse, rank, source, world_size, seq_len, layout, causal):
     positions = chunk_positions(seq_len, world_size, layout)
-    q_pos, k_pos = positions[rank], positions[source]
+    q_pos, k_pos = positions[rank], positions[source]  #POSITIONS
     scores = q @ k_chunk.transpose(-2, -1) / math.sqrt(q.shape[-1])  #SCALE
     if causal:
         hidden = k_pos[None, :] > q_pos[:, None]  #MASK
         if hidden.all():  # the whole chunk comes after this rank's queries: nothing to add
-            return out, lse
+            return out, lse  #EARLY
         scores = scores.masked_fill(hidden, float("-inf"))
     # this chunk's partial result; a row that sees none of its keys gets lse_i = -inf, so weight 0 below
     lse_i = torch.logsumexp(scores, dim=-1)
@@ -159,11 +159,40 @@ MUTANTS = [
     ("ring_later_chunk_attended", {"MASK": "hidden = (k_pos[None, :] > q_pos[:, None]) & (source == rank)"}),
     ("ring_earlier_chunk_skipped", {"MASK": "hidden = (k_pos[None, :] > q_pos[:, None]) | (source != rank)"}),
     ("ring_merge_without_rescaling", {"MERGE": "new_out = (out + out_i) / 2"}),
+    # the merge named by what it does, whatever the control flow around it: no early return for a hidden chunk, the
+    # lse by logaddexp, the first chunk kept and the later ones averaged
+    ("ring_merge_without_rescaling", {"MERGE": "new_out = (out + out_i) / 2", "LSE": "new_lse = torch.logaddexp(lse, lse_i)",
+                                      "EARLY": "pass"}),
+    ("ring_merge_without_rescaling", {"MERGE": "new_out = out_i if torch.isinf(lse).all() else (out + out_i) / 2"}),
+    ("ring_merge_summed", {"MERGE": "new_out = out + out_i"}),
+    ("ring_merge_summed", {"MERGE": "new_out = out + out_i", "EARLY": "pass"}),
+    ("ring_merge_relative_to_running", {  # the chunk weighted against the running lse: overflows on a later chunk
+        "MAX": "m = torch.where(torch.isinf(lse), lse_i, lse)",
+        "MERGE": "r = torch.exp(lse_i - m)[..., None]; new_out = torch.where(torch.isinf(lse)[..., None], out_i, "
+                 "(out + r * out_i) / (1 + r))"}),
+    ("ring_pieces_by_chunk", {"ZIGZAG": "pieces = list(seq.chunk(2 * world_size)); "
+                                        "return [torch.cat([pieces[r], pieces[2 * world_size - 1 - r]]) "
+                                        "for r in range(world_size)]"}),
+    ("ring_offsets_from_chunk_length", {"POSITIONS": "q_pos, k_pos = positions[rank], positions[source]; "
+                                        "q_pos, k_pos = (rank * len(q_pos) + torch.arange(len(q_pos)), "
+                                        "source * len(k_pos) + torch.arange(len(k_pos))) if layout == 'contiguous' "
+                                        "else (q_pos, k_pos)"}),
     ("ring_merge_without_max", {"MAX": "m = torch.zeros_like(lse)"}),
     ("ring_lse_not_updated", {"LSE": "new_lse = lse"}),
     ("no_scale", {"SCALE": "scores = q @ k_chunk.transpose(-2, -1)"}),
     ("ring_passed_backwards", {"NEIGHBOURS": "nxt, prev = (rank - 1) % world_size, (rank + 1) % world_size"}),
 ]
+
+# an exchange through a collective: every rank gathers every chunk (the received ones are right, the ring is not)
+ALL_GATHER = RING_STEP + '''
+
+def ring_exchange(k, v, rank, world_size):
+    ks, vs = [torch.empty_like(k) for _ in range(world_size)], [torch.empty_like(v) for _ in range(world_size)]
+    dist.all_gather(ks, k)
+    dist.all_gather(vs, v)
+    return ks[(rank - 1) % world_size], vs[(rank - 1) % world_size]
+'''
+MUTANTS.append(("ring_exchange_collective", ALL_GATHER))
 
 # the exchanges that deadlock: (expected diagnosis key, the reference's step with this exchange)
 DEADLOCKS = {
