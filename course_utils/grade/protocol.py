@@ -274,7 +274,8 @@ def _clean_error(err) -> dict | None:
         raise BadResult(Msg("bad.error_place"))
     with_texts(clean, err)
     clean["not_implemented"] = err.get("not_implemented") is True
-    function = err.get("function")  # untrusted: only ever compared with the contract's function names
+    function = err.get("function")  # untrusted: compared with the contract's function names, or shown (a stub
+    # inside a function the given code calls) only as an identifier
     clean["function"] = function[:100] if isinstance(function, str) else None
     clean["contract"] = err.get("contract") is True
     step = err.get("step", 1)

@@ -213,3 +213,35 @@ def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
             in_kernel[kernel["result"].exercise] = (kernel["result"].passed, kernel["result"].checks_passed)
     assert in_file == in_kernel, (in_file, in_kernel)
     assert in_file["mha_interview"][0] and in_file["kv_cache"][0] == in_file["gqa"][0] == (style == "with_follow_ups")
+
+
+FLASH = ROOT / "exercises" / "14_flash_triton.ipynb"
+_needs_triton = pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("triton") is None, reason="triton is not installed (Linux only)"
+)
+
+
+@_needs_triton
+def test_the_kernel_stub_names_the_function_the_learner_writes():
+    """The handed-out kernel raises NotImplementedError inside flash_kernel, launched by the given flash_attention:
+    the learner is told to write flash_kernel, the function their cell holds."""
+    printed, kernel = run_as_learner(FLASH, None)
+    assert "write flash_kernel" in printed and "flash_attention" not in printed, printed
+
+
+@_needs_triton
+@pytest.mark.parametrize(
+    "edits,said",
+    [
+        ({"STORE": "tl.store(o_ptrs, out.to(O.dtype.element_ty))"}, "stored without its mask"),  # past the output
+        ({"SCALE": "s = tl.dot(q, k) * scale"}, "tl.dot: input and other must have equal reduction dimensions"),
+    ],
+    ids=["store_without_mask", "dot_shapes"],
+)
+def test_a_kernel_mistake_is_told_in_the_notebooks_kernel_which_survives_it(edits, said):
+    """A store past the end of the output once corrupted the heap of the learner's own kernel ("double free or
+    corruption"): now it is stopped before it writes and named; a tl.dot on blocks that do not fit is said as tl.dot's,
+    at the kernel's line. The kernel (this process) goes on."""
+    printed, kernel = run_as_learner(FLASH, mutate(flash_triton.REFERENCE, edits))
+    assert not kernel["result"] and said in printed, printed
+    assert run_as_learner(FLASH, flash_triton.REFERENCE)[1]["result"]  # still alive, and grading

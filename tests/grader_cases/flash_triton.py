@@ -49,7 +49,7 @@ BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
     end = tl.minimum((block_m + 1) * BLOCK_M, seq_len) if CAUSAL else seq_len  #END
     for start in range(0, end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        kv_offsets = base + cols[:, None] * stride_t + dims[None, :] * stride_d
+        kv_offsets = base + cols[:, None] * stride_t + dims[None, :] * stride_d  #KV
         k = tl.load(K + kv_offsets, mask=cols[:, None] < seq_len, other=0.0)  #LOADK
         v = tl.load(V + kv_offsets, mask=cols[:, None] < seq_len, other=0.0)  #LOADV
         s = tl.dot(q, tl.trans(k)) * scale  #SCALE
@@ -57,14 +57,14 @@ BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])  #DIAG
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  #MAXNEW
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)  #SUM
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  #ACC
         m_i = m_new
     out = acc / l_i[:, None]  #OUT
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < seq_len)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < seq_len)  #STORE
     tl.store(lse_ptrs, m_i + tl.log(l_i), mask=rows < seq_len)  #LSE
 '''
 
@@ -156,4 +156,11 @@ MUTANTS = [
     ("flash_no_scale", {"SCALE": "s = tl.dot(q, tl.trans(k))"}),
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, m_i, mask=rows < seq_len)"}),
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, tl.log(l_i), mask=rows < seq_len)"}),
+    # the maximum of the first key block kept: right unless a later block scores far above it
+    ("flash_max_frozen_at_first_block", {"MAXNEW": "m_new = tl.maximum(m_i, tl.max(s, 1)) if start == 0 else m_i"}),
+    # K/V rows addressed as if HEAD_DIM apart: right only while the rows are contiguous
+    ("flash_rows_assumed_contiguous", {"KV": "kv_offsets = base + cols[:, None] * HEAD_DIM + dims[None, :]"}),
+    # the output stored without its mask: past the end of the tensor where the sequence has a tail
+    ("flash_store_without_mask", {"STORE": "tl.store(o_ptrs, out.to(O.dtype.element_ty))"}),
+    ("flash_store_without_mask", {"LSE": "tl.store(lse_ptrs, m_i + tl.log(l_i))"}),
 ]

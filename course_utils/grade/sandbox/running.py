@@ -13,6 +13,7 @@ from torch import nn
 try:  # in-process: part of the course's grader package
     from . import dialects, ranks
     from .errors import ContractError, describe_exception
+    from .interpreted import Watched
     from .measuring import PeakMemory, largest_float_tensor
     from .texts import Said, said
     from .tracing import FusedTracer, RefusingFlex, Traced, raised_by_flex
@@ -21,6 +22,7 @@ except ImportError:  # sandboxed: the sandbox's files side by side in /grader
         import dialects
         import ranks
         from errors import ContractError, describe_exception
+        from interpreted import Watched
         from measuring import PeakMemory, largest_float_tensor
         from texts import Said, said
         from tracing import FusedTracer, RefusingFlex, Traced, raised_by_flex
@@ -134,7 +136,7 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
         torch.manual_seed(call["seed"])
         args = [_fresh(a) for a in call["args"]]
         # (measuring the peak collects garbage first: a tenth of a second with torch loaded, more on a busy machine)
-        with torch.no_grad(), PeakMemory() if bounded else contextlib.nullcontext() as peak, tracker:
+        with torch.no_grad(), PeakMemory() if bounded else contextlib.nullcontext() as peak, tracker, Watched():
             result = fn(*args)
         written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
         del args  # the state the call wrote into the arguments it was handed, read back above
@@ -148,7 +150,7 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
                 tiled = tiled and peak.rise <= call["peak_bound"]
             record["outputs"]["step1.tiled"] = torch.tensor(1.0 if tiled else 0.0)
         torch.manual_seed(call["seed"] + 1)
-        with torch.no_grad():
+        with torch.no_grad(), Watched():
             again = fn(*[_fresh(a) for a in call["args"]])
         record["outputs"]["repeat.out"] = _plain(again[0]) if isinstance(again, (tuple, list)) else _plain(again)
     except Exception as exc:  # noqa: BLE001 - any learner error becomes a message

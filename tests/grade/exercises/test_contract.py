@@ -166,3 +166,38 @@ def test_each_mutant_gets_its_diagnosis(exercise, i):
     said = named_mistakes(ex) + [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
     assert any(m.message in result.report() for m in said if m.key == key), result.report()
     assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
+
+
+# ---------------------------------------------------------------------- every seed: caught, named, the same score
+
+
+def _as_record(expected) -> dict:
+    """A mutant's expected outputs as the record of a learner who computes them (or crashes where it crashes)."""
+    if isinstance(expected, Exception):
+        error = {"where": getattr(expected, "where", "forward"), "step": getattr(expected, "step", 1)}
+        return {"error": {**error, "type": getattr(expected, "error_type", type(expected).__name__)}, "outputs": {}}
+    return {"error": None, "outputs": expected}
+
+
+def _differs(case, got, want) -> bool:
+    if isinstance(got, Exception) or isinstance(want, Exception):
+        return not (isinstance(got, Exception) and isinstance(want, Exception))
+    return diagnose.compare(got, want, tol=case.meta.get("tol", (diagnose.RTOL, diagnose.ATOL))) is not None
+
+
+@pytest.mark.parametrize("ex", ON_CASES, ids=[ex.id for ex in ON_CASES])
+def test_each_mistake_is_caught_and_named_on_every_seed(ex):
+    """On several seeds, every mutant's reference fails the same cases (the same wrong answer gets the same score,
+    whatever the secret seed), at least one, and is named: no mutant before it in the catalogue computes the same."""
+    failing = {}
+    for seed in range(4):
+        cases = ex.make_cases(seed)
+        correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
+        for m in ex.mutants():
+            got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
+            failed = frozenset(i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(c, g, w))
+            assert failed, (ex.id, m.key, seed, "caught by no case")
+            assert failing.setdefault(m.variant, failed) == failed, (ex.id, m.key, seed, "another score on this seed")
+            records = [_as_record(g) for g in got]
+            first = next(other for other in ex.mutants() if diagnose._matches(ex, cases, records, other))
+            assert first.key == m.key, (ex.id, m.key, seed, f"named {first.key}")
