@@ -172,6 +172,9 @@ class SlidingWindowAttention(nn.Module):
         return self.out_proj(torch.stack(outs, dim=1)), ((keys, vals) if use_cache else None)
 '''
 
+# --- rings in another layout than the contract's: they work with the rings they write themselves, and with no
+# other (a ring another party made, in the contract's layout): named, no longer passed
+
 # Mistral's layout: the cache (b, num_sinks + window, num_heads, head_dim), tokens before heads as x is, and the
 # ring's slot num_sinks + p % window (Mistral's cache_pos = positions % sliding_window) after the sinks.
 TOKENS_BEFORE_HEADS = HEADER + '''
@@ -271,11 +274,53 @@ class SlidingWindowAttention(nn.Module):
         return self.out_proj(y.transpose(1, 2).reshape(b, n, -1)), (tuple(cache) if use_cache else None)
 '''
 
+# The contract's ring written with one scatter of the slots a call keeps and read with one gather, the slots of a
+# position computed as a tensor; the window and the sinks as one "visible" mask.
+SCATTER_GATHER = HEADER + '''
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.nh, self.hd, self.win, self.ns, self.base = num_heads, d_out // num_heads, window, num_sinks, rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def slots(self, p):
+        return torch.where(p < self.ns, p, self.ns + (p - self.ns) % self.win)
+
+    def rope(self, x, p):
+        inv = self.base ** (-torch.arange(0, self.hd, 2).float() / self.hd)
+        a = torch.cat([p.float()[:, None] * inv] * 2, -1)
+        h = self.hd // 2
+        return x * a.cos() + torch.cat([-x[..., h:], x[..., :h]], -1) * a.sin()
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, _ = x.shape
+        p = torch.arange(start_pos, start_pos + n)
+        sh = lambda t: t.view(b, n, self.nh, self.hd).transpose(1, 2)
+        q, k, v = self.rope(sh(self.W_query(x)), p), self.rope(sh(self.W_key(x)), p), sh(self.W_value(x))
+        ring = [torch.zeros(b, self.nh, self.ns + self.win, self.hd) for _ in range(2)]
+        if past_key_value is not None:
+            ring = [t.clone() for t in past_key_value]
+        held = torch.arange(start_pos)
+        held = held[(held < self.ns) | (held >= start_pos - self.win)]
+        keys = torch.cat([ring[0].index_select(2, self.slots(held)), k], 2)
+        vals = torch.cat([ring[1].index_select(2, self.slots(held)), v], 2)
+        kp = torch.cat([held, p])
+        visible = (kp[None] <= p[:, None]) & ((p[:, None] - kp[None] < self.win) | (kp[None] < self.ns))
+        w = torch.softmax((q @ keys.mT / self.hd ** 0.5).masked_fill(~visible, float("-inf")), -1)
+        y = self.out_proj((w @ vals).transpose(1, 2).reshape(b, n, -1))
+        kept = (p < self.ns) | (p >= max(self.ns, start_pos + n - self.win))
+        for t, new in zip(ring, (k, v)):
+            t.index_copy_(2, self.slots(p[kept]), new[:, :, kept])
+        return y, (tuple(ring) if use_cache else None)
+'''
+
 ALTERNATIVES = {
     "by_slot_positions": BY_SLOT_POSITIONS,
     "token_by_token": TOKEN_BY_TOKEN,
-    "tokens_before_heads": TOKENS_BEFORE_HEADS,
-    "rolled": ROLLED,
+    "scatter_gather": SCATTER_GATHER,
 }
 
 # --- misconception mutants: (expected diagnosis key, edits of the reference or a whole source) ----------------
@@ -348,6 +393,21 @@ OWN_STATE = mutate(REFERENCE.replace(
 ), {"PRESENT": "present = self.own = (cache_k, cache_v) if use_cache else None"})
 assert "self.own[0]" in OWN_STATE
 MUTANTS.append(("cache_ignores_past", OWN_STATE))
+
+# rings in another layout: they read only the rings they write themselves
+MUTANTS += [("ring_read_only_its_own", TOKENS_BEFORE_HEADS), ("ring_read_only_its_own", ROLLED)]
+
+# positions counted by the module (reset by a call without a past) instead of taken from start_pos
+OWN_COUNT = REFERENCE.replace(
+    "        self.out_proj = nn.Linear(d_out, d_out)\n",
+    "        self.out_proj = nn.Linear(d_out, d_out)\n        self.seen = 0\n",
+).replace(
+    "        b, n, _ = x.shape\n        split",
+    "        b, n, _ = x.shape\n        self.seen = 0 if past_key_value is None else self.seen\n"
+    "        start_pos, self.seen = self.seen, self.seen + n  # its own count: start_pos not needed\n        split",
+)
+assert "start_pos, self.seen = " in OWN_COUNT and "        self.seen = 0\n" in OWN_COUNT
+MUTANTS.append(("positions_counted_by_module", OWN_COUNT))
 
 # tests/grader_cases/long_context.MUTANTS (the reference's mistakes) -> the grader's diagnosis of the same mistake
 LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ring_read_in_slot_order",

@@ -92,7 +92,7 @@ def _fixtures() -> dict[str, Fixture]:
         sliding_window.ALTERNATIVES,
         _class_stubs("sliding_window"),
         _sources(ref, sliding_window.MUTANTS),
-        4,
+        3,
     )
     for ex, module in (("paged_decode", paged_decode), ("ring_attention", ring_attention)):
         out[ex] = Fixture(
