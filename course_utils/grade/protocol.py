@@ -93,6 +93,7 @@ def plan_case(case: Case) -> dict:
                 "helper": c.helper,
                 "ranks": c.ranks,
                 "exchange": c.exchange,
+                "split_check": c.split_check,
             }
             for c in case.calls
         ],
@@ -247,6 +248,8 @@ def _expected_names(case: Case, params: list) -> set:
         if call.tile_bound is not None:
             names.add(f"step{i}.{call.bound_label}")
         names |= {f"step{i}.{name}" for name, _ in call.state}
+        if call.split_check:
+            names.add(f"step{i}.split")
         ranks = call.ranks or 0  # a ring of processes: each rank's result and the chunks it received
         for r in range(ranks):
             names |= {f"rank{r}.out", f"rank{r}.lse", f"rank{r}.p2p"}

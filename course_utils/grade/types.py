@@ -53,6 +53,9 @@ class Call:
     exchange: str | None = None
     state: tuple[tuple[str, int], ...] = ()  # a function's arguments it writes into: (name, index in args), each
     # read back after the call from the copy the learner's function was handed, as the output step<i>.<name>
+    split_check: tuple[str, int] | None = None  # a function exercise that splits its keys (exercise 13): (the
+    # contract's merge, found beside the graded function; the keys of the longest row). step<i>.split = 0 when the
+    # call never had the merge combine two partials and ran a softmax (or logsumexp) over that many keys at once
 
     @property
     def fn_args(self) -> tuple[Any, ...]:

@@ -250,3 +250,37 @@ BY_LENGTH = REFERENCE.replace(
 )
 assert BY_LENGTH.count("lengths") == 5
 MUTANTS.append(("merge_weighted_by_length", BY_LENGTH))
+
+# the keys never split: one chunk of all of them, merge_partials merging one partial (the outputs are right)
+NEVER_SPLITS = REFERENCE.replace("chunk = math.ceil(n / num_splits)", "chunk = n  # one softmax over all the keys")
+assert NEVER_SPLITS != REFERENCE
+MUTANTS.append(("decode_never_splits", NEVER_SPLITS))
+
+# copy-on-write (or a fresh block) done, but the new token written where the table pointed before
+WRITTEN_OLD = REFERENCE.replace(
+    "        block = int(block_tables[b, j])\n",
+    "        block = int(block_tables[b, j])\n        old = slot(b, pos)  # the slot, before the block is replaced\n",
+).replace(
+    "        key_slots[slot(b, pos)] = new_keys[b]\n        value_slots[slot(b, pos)] = new_values[b]\n",
+    "        key_slots[old] = new_keys[b]\n        value_slots[old] = new_values[b]\n",
+)
+assert WRITTEN_OLD.count("[old]") == 2
+MUTANTS.append(("written_into_the_old_block", WRITTEN_OLD))
+
+# the write through the table, the read contiguously from the sequence's first block
+READ_CONTIGUOUS = REFERENCE.replace(
+    "idx = torch.tensor([slot(b, p) for p in range(n)])",
+    "idx = int(block_tables[b, 0]) * block_size + torch.arange(n)  # the tokens follow the first block",
+)
+assert READ_CONTIGUOUS != REFERENCE
+MUTANTS.append(("read_contiguously_from_the_first_block", READ_CONTIGUOUS))
+
+# the chunks merged in paged_decode itself, weighted by their lengths (merge_partials left unused)
+MERGED_BY_LENGTH_INLINE = REFERENCE.replace(
+    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses))\n",
+    "        sizes = torch.tensor([min(chunk, n - start) for start in range(0, n, chunk)], dtype=torch.float32)\n"
+    "        out = (sizes[:, None, None] * torch.stack(part_outs)).sum(0) / sizes.sum()\n"
+    "        lse = torch.logsumexp(torch.stack(part_lses), 0)\n",
+)
+assert MERGED_BY_LENGTH_INLINE != REFERENCE
+MUTANTS.append(("merge_weighted_by_length", MERGED_BY_LENGTH_INLINE))

@@ -118,6 +118,84 @@ def _helper(fn, name: str):
     return helper
 
 
+class _Split:
+    """Whether a call split its keys (``Call.split_check``): while entered, the contract's merge beside ``fn`` (in its
+    module's globals, where the graded function looks it up) counts the partials it combines, and the softmaxes run
+    are watched for one over all the keys of the longest row at once. ``split`` is False only when the merge never
+    combined two partials and such a softmax ran; an inline merge of split chunks is split. Put back on exit."""
+
+    def __init__(self, fn, check):
+        name, self.all_keys = check if check else (None, None)
+        self.names = getattr(fn, "__globals__", None) if name else None
+        self.name, self.merged, self.whole = name, False, False
+
+    @property
+    def split(self) -> bool:
+        return self.merged or not self.whole
+
+    def __enter__(self):
+        if self.name is None:
+            return self
+        from torch.overrides import TorchFunctionMode
+
+        watch = self
+
+        class Softmaxes(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor):
+                    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+                    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+                    sizes = [args[0].shape[d] for d in dims if isinstance(d, int) and -args[0].dim() <= d < args[0].dim()]
+                    watch.whole = watch.whole or watch.all_keys in sizes
+                return func(*args, **kwargs)
+
+        self.mode = Softmaxes()
+        self.mode.__enter__()
+        original = self.names.get(self.name) if self.names is not None else None
+        if callable(original):
+
+            def merge(outs, *args, **kwargs):
+                self.merged = self.merged or _leading(outs) > 1
+                return original(outs, *args, **kwargs)
+
+            self.original = original
+            self.names[self.name] = merge
+        else:
+            self.names = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.name is None:
+            return False
+        if self.names is not None:
+            self.names[self.name] = self.original
+        self.mode.__exit__(*exc)
+        return False
+
+
+_SOFTMAXES = (
+    torch.softmax,
+    torch.log_softmax,
+    torch.logsumexp,
+    torch.nn.functional.softmax,
+    torch.nn.functional.log_softmax,
+    torch.Tensor.softmax,
+    torch.Tensor.log_softmax,
+    torch.Tensor.logsumexp,
+    torch.special.softmax,
+    torch.special.log_softmax,
+    torch.special.logsumexp,
+)
+
+
+def _leading(outs) -> int:
+    """How many partials ``outs`` holds: its leading dimension (a tensor), or its length (a list of them)."""
+    if isinstance(outs, torch.Tensor):
+        return int(outs.shape[0]) if outs.dim() else 0
+    return len(outs) if isinstance(outs, (list, tuple)) else 0
+
+
 def run_function_case(fn, case: dict, learner_files=None) -> dict:
     """A function exercise (the online softmax): fn(*args) must return (out, lse); a call naming a ``helper``
     calls the contract's other function instead."""
@@ -136,14 +214,18 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
         torch.manual_seed(call["seed"])
         args = [_fresh(a) for a in call["args"]]
         # (measuring the peak collects garbage first: a tenth of a second with torch loaded, more on a busy machine)
+        split = _Split(fn, call.get("split_check"))
         with torch.no_grad(), PeakMemory() if bounded else contextlib.nullcontext() as peak, tracker, Watched():
-            result = fn(*args)
+            with split:
+                result = fn(*args)
         written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
         del args  # the state the call wrote into the arguments it was handed, read back above
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             name = fn.__name__ if isinstance(getattr(fn, "__name__", None), str) else said("the_function")
             raise ContractError("function_pair", name=name, type=type(result).__name__)
         record["outputs"] = {"step1.out": _plain(result[0]), "step1.lse": _plain(result[1]), **written}
+        if call.get("split_check"):
+            record["outputs"]["step1.split"] = torch.tensor(1.0 if split.split else 0.0)
         if bounded:
             tiled = tracker.numel <= call["tile_bound"]
             if call.get("peak_bound") is not None and peak.rise is not None:
