@@ -402,9 +402,7 @@ def verdict(exercise: str | Exercise, records: list, cases: list, refusals: list
     total = total_checks(cases)
     refusals = _refusals(ex, records, refusals)
     if any(name.endswith(".out_dropout") for rec in records for name in rec.get("outputs", {})):
-        assumed = (
-            Msg("assumed.output_dropout", assumed=assumed) if assumed else Msg("assumed.output_dropout_alone")
-        )
+        assumed = Msg("assumed.output_dropout", assumed=assumed) if assumed else Msg("assumed.output_dropout_alone")
     interview = ex.interview
     if refusals:
         key = "forbidden" if interview and not any("course_utils" in r for r in refusals) else "delegates"

@@ -158,14 +158,17 @@ def test_the_graders_own_start_up_is_not_the_submissions_time(tmp_path, monkeypa
         lib = build(dest, with_model)
         harness = lib / "harness.py"
         harness.chmod(0o644)
-        harness.write_text(harness.read_text().replace("\nimport torch\n", "\nimport torch\nimport time\ntime.sleep(4)\n", 1))
+        harness.write_text(
+            harness.read_text().replace("\nimport torch\n", "\nimport torch\nimport time\ntime.sleep(4)\n", 1)
+        )
         return lib
 
     outcomes, run = [], jail.run
     monkeypatch.setattr(jail, "build_lib", slow_start)
     monkeypatch.setattr(jail, "run", lambda *a, **k: outcomes.append(run(*a, **k)) or outcomes[-1])
-    report = grade(tmp_path, REFERENCE["self_attention"], exercises=("self_attention",), total_timeout=3,
-                   sandboxed=sandboxed)
+    report = grade(
+        tmp_path, REFERENCE["self_attention"], exercises=("self_attention",), total_timeout=3, sandboxed=sandboxed
+    )
     assert report.passed, [r.report() for r in report.results]
     assert not outcomes[0].timed_out and outcomes[0].seconds < 3 <= report.budget_spent + 4
 

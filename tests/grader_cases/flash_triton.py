@@ -2,7 +2,7 @@
 correct kernels in other styles, a stub, and misconception mutants as line edits of the reference (``mutate``)."""
 
 # what the solution notebook gives before the learner's part (solutions/14_flash_triton.ipynb, cell "setup")
-SETUP = '''import math
+SETUP = """import math
 import os
 
 import torch
@@ -10,7 +10,7 @@ import torch
 os.environ["TRITON_INTERPRET"] = "1"  # graded in Triton's interpreter, on the CPU: set before any @triton.jit
 import triton
 import triton.language as tl
-'''
+"""
 
 # the launcher, given (cell "launch")
 LAUNCH = '''
@@ -26,7 +26,7 @@ def flash_attention(q, k, v, causal, block_m, block_n):
     return out, lse
 '''
 
-KERNEL_HEAD = '''
+KERNEL_HEAD = """
 @triton.jit
 def flash_kernel(Q, K, V, O, LSE, stride_b, stride_h, stride_t, stride_d, o_stride_b, o_stride_h, o_stride_t,
                  o_stride_d, num_heads, seq_len, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -40,10 +40,10 @@ def flash_kernel(Q, K, V, O, LSE, stride_b, stride_h, stride_t, stride_d, o_stri
     o_ptrs = O + (batch_head // num_heads) * o_stride_b + (batch_head % num_heads) * o_stride_h \\
         + rows[:, None] * o_stride_t + dims[None, :] * o_stride_d
     lse_ptrs = LSE + batch_head * seq_len + rows
-'''
+"""
 
 # the learner's part (cell "solution", between the nbgrader markers)
-BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
+BODY = """    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
     end = tl.minimum((block_m + 1) * BLOCK_M, seq_len) if CAUSAL else seq_len  #END
@@ -66,7 +66,7 @@ BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
     out = acc / l_i[:, None]  #OUT
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < seq_len)  #STORE
     tl.store(lse_ptrs, m_i + tl.log(l_i), mask=rows < seq_len)  #LSE
-'''
+"""
 
 
 def kernel(body):
@@ -75,13 +75,13 @@ def kernel(body):
 
 REFERENCE = kernel(BODY)
 
-STUB = kernel('''    # YOUR CODE HERE
+STUB = kernel("""    # YOUR CODE HERE
     raise NotImplementedError("your code here")
-''')
+""")
 
 ALTERNATIVES = {
     # exp2 with log2(e) folded into the scale, as the course's kernel does; the lse converted back to natural log
-    "exp2_log2_units": kernel('''    LOG2E: tl.constexpr = 1.4426950408889634
+    "exp2_log2_units": kernel("""    LOG2E: tl.constexpr = 1.4426950408889634
     m_i = tl.zeros((BLOCK_M,), tl.float32) - float("inf")
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -106,10 +106,10 @@ ALTERNATIVES = {
         m_i = m_new
     tl.store(o_ptrs, acc / l_i[:, None], mask=rows[:, None] < seq_len)
     tl.store(lse_ptrs, (m_i + tl.log2(l_i)) / LOG2E, mask=rows < seq_len)
-'''),
+"""),
     # two loops, as FlashAttention-2's kernels do: whole blocks below the diagonal without a mask, then the
     # blocks that cross it with one; the scale applied to q once; the division as a multiply by 1 / l
-    "two_loops_scaled_q": kernel('''    q = q * scale
+    "two_loops_scaled_q": kernel("""    q = q * scale
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -138,7 +138,7 @@ ALTERNATIVES = {
     inv = 1.0 / l_i
     tl.store(o_ptrs, acc * inv[:, None], mask=rows[:, None] < seq_len)
     tl.store(lse_ptrs, m_i - tl.log(inv), mask=rows < seq_len)
-'''),
+"""),
 }
 
 # (expected diagnosis key, edits of the reference)
@@ -147,8 +147,14 @@ MUTANTS = [
     ("flash_sum_not_rescaled", {"SUM": "l_i = l_i + tl.sum(p, 1)"}),
     ("flash_max_started_at_zero", {"MAX0": "m_i = tl.zeros((BLOCK_M,), tl.float32)"}),
     ("flash_tail_read_without_mask", {"LOADK": "k = tl.load(K + kv_offsets)", "LOADV": "v = tl.load(V + kv_offsets)"}),
-    ("flash_tail_read_without_mask", {"LOADK": "k = tl.load(K + kv_offsets)", "LOADV": "v = tl.load(V + kv_offsets)",
-                                      "TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)"}),
+    (
+        "flash_tail_read_without_mask",
+        {
+            "LOADK": "k = tl.load(K + kv_offsets)",
+            "LOADV": "v = tl.load(V + kv_offsets)",
+            "TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)",
+        },
+    ),
     ("flash_tail_scores_not_hidden", {"TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)"}),
     ("flash_diagonal_block_unmasked", {"DIAG": "pass"}),
     ("flash_causal_ignored", {"END": "end = seq_len", "DIAG": "pass"}),

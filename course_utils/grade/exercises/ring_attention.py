@@ -288,7 +288,19 @@ def _strided(t):
 
 
 def ring_case(
-    name, g, world_size, seq_len, layout, causal, rank, source, *, high=0.0, heads=2, head_dim=8, later=0.0,
+    name,
+    g,
+    world_size,
+    seq_len,
+    layout,
+    causal,
+    rank,
+    source,
+    *,
+    high=0.0,
+    heads=2,
+    head_dim=8,
+    later=0.0,
     strided=False,
 ):
     """q, k, v of one sequence (1, heads, seq_len, head_dim) drawn from ``g``; the case hands rank ``rank`` its

@@ -8,8 +8,8 @@ of its own: ``cells`` (running the submission), ``finding`` (which class answers
 cases, and the calls recorded by ``tracing`` and ``measuring``), ``answers`` (the numeric follow-ups),
 ``model_exercise`` (the capstone), ``errors`` (a learner's error as plain data).
 
-Sandboxed use: python harness.py - RESULT_FD [READY_FD] (the plan on stdin). In-process use: ``running.run_exercise`` (the
-notebooks' check).
+Sandboxed use: python harness.py - RESULT_FD [READY_FD] (the plan on stdin). In-process use:
+``running.run_exercise`` (the notebooks' check).
 """
 
 from __future__ import annotations

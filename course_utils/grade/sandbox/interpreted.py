@@ -78,7 +78,7 @@ class Watched:
             it.InterpreterBuilder.create_masked_store,
         )
         launch, load, store = self._saved
-        launched: list = []  # the spans of the kernels running now (a stack: a launch inside a launch)
+        launched = []  # the spans of the kernels running now (a stack: a launch inside a launch)
 
         def checked(what, ptrs, mask, size):
             if launched and _outside(ptrs.data, mask.data, size, launched[-1]):

@@ -146,7 +146,9 @@ class _Split:
                 if func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor):
                     dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
                     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-                    sizes = [args[0].shape[d] for d in dims if isinstance(d, int) and -args[0].dim() <= d < args[0].dim()]
+                    sizes = [
+                        args[0].shape[d] for d in dims if isinstance(d, int) and -args[0].dim() <= d < args[0].dim()
+                    ]
                     watch.whole = watch.whole or watch.all_keys in sizes
                 return func(*args, **kwargs)
 
@@ -210,14 +212,17 @@ def run_function_case(fn, case: dict, learner_files=None) -> dict:
     try:
         fn = fn if call.get("helper") is None else _helper(fn, call["helper"])
         bounded = call.get("tile_bound") is not None  # a tiled function: what it builds is measured
-        tracker = largest_float_tensor() if bounded else contextlib.nullcontext()
+        tracker, peak, split = largest_float_tensor(), PeakMemory(), _Split(fn, call.get("split_check"))
         torch.manual_seed(call["seed"])
         args = [_fresh(a) for a in call["args"]]
-        # (measuring the peak collects garbage first: a tenth of a second with torch loaded, more on a busy machine)
-        split = _Split(fn, call.get("split_check"))
-        with torch.no_grad(), PeakMemory() if bounded else contextlib.nullcontext() as peak, tracker, Watched():
-            with split:
-                result = fn(*args)
+        with contextlib.ExitStack() as watching:
+            watching.enter_context(torch.no_grad())
+            if bounded:  # (the peak collects garbage first: a tenth of a second with torch loaded, more when busy)
+                watching.enter_context(peak)
+                watching.enter_context(tracker)
+            watching.enter_context(Watched())
+            watching.enter_context(split)
+            result = fn(*args)
         written = {f"step1.{name}": _plain(args[index]).double() for name, index in call.get("state") or ()}
         del args  # the state the call wrote into the arguments it was handed, read back above
         if not (isinstance(result, (tuple, list)) and len(result) == 2):

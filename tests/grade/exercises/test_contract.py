@@ -195,7 +195,9 @@ def test_each_mistake_is_caught_and_named_on_every_seed(ex):
         correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
         for m in ex.mutants():
             got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
-            failed = frozenset(i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(c, g, w))
+            failed = frozenset(
+                i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(c, g, w)
+            )
             assert failed, (ex.id, m.key, seed, "caught by no case")
             assert failing.setdefault(m.variant, failed) == failed, (ex.id, m.key, seed, "another score on this seed")
             records = [_as_record(g) for g in got]
