@@ -27,6 +27,7 @@ from tests.grader_cases import (
     sliding_window,
 )
 from tests.grader_cases.implementations import mutate
+from tests.grader_cases.held_out_styles import HONEST as HELD_OUT
 from tests.grader_cases.interview_dialects import DIALECTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,8 @@ INTERVIEW_STYLES = {
         name: DIALECTS[name][0]
         for name in ("causal_self_attention", "nanogpt_config", "with_helpers", "multi_headed_attention")
     },
+    # q, k, v and o stacked in one (4, d, d) parameter, a dropout after the output projection as well
+    "stacked_qkvo": HELD_OUT["stacked_qkvo"][0],
 }
 
 
