@@ -26,8 +26,8 @@ from tests.grader_cases import (
     ring_attention,
     sliding_window,
 )
-from tests.grader_cases.implementations import mutate
 from tests.grader_cases.held_out_styles import HONEST as HELD_OUT
+from tests.grader_cases.implementations import mutate
 from tests.grader_cases.interview_dialects import DIALECTS
 
 ROOT = Path(__file__).resolve().parents[2]
