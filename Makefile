@@ -57,7 +57,7 @@ help:
 
 setup: $(COURSE_STAMP)
 
-$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
+$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first, from the index TORCH_INDEX picks (a torch already installed at the pinned version stays)
 	@index="$(TORCH_INDEX)"; \
@@ -116,8 +116,8 @@ lab-zh: $(COURSE_STAMP)
 		--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md $(LAB_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check course_utils authoring benchmarks tests
-	$(VENV)/bin/ruff format --check course_utils authoring benchmarks tests
+	$(VENV)/bin/ruff check course_utils authoring benchmarks tests etc
+	$(VENV)/bin/ruff format --check course_utils authoring benchmarks tests etc
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint
@@ -152,7 +152,10 @@ check-exercises: $(STAMP)
 twins: $(STAMP)
 	@# code from the English notebooks, Chinese markdown kept by cell id; twins whose code changed are re-run
 	$(PY) -m authoring.twins sync --execute changed || test $$? -eq 1
-	@$(MAKE) --no-print-directory exercises
+	@# the exercises' two commands, not a recursive make: a sub-make would check the environment's stamps again
+	@# without the options this make was given (make -o .venv/.installed twins must install nothing)
+	$(PY) -m authoring.exercises solutions exercises
+	$(PY) -m authoring.exercises solutions/zh-CN exercises/zh-CN
 	$(PY) -m authoring.twins check
 
 check-twins: $(STAMP)

@@ -4,6 +4,7 @@ the documented exceptions only. Read from the source (ast), so that imports insi
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import course_utils
@@ -33,7 +34,9 @@ LAYERS = [
         "course_utils.grade.escape",
         "course_utils.grade.names",
     ],  # texts, escaping
-    ["course_utils.grade.types", "course_utils.grade.records"],  # shared types
+    ["course_utils.grade.types", "course_utils.grade.records"],  # shared types, what comes back from a run
+    ["course_utils.grade.diagnose"],  # the verdict's parts, the same for every kind
+    ["course_utils.grade.kinds"],  # the ways of calling learner code, one module each
     [
         "course_utils.grade.registry",
         "course_utils.grade.kit",
@@ -44,11 +47,10 @@ LAYERS = [
     ["course_utils.grade.exercises"],  # one declaration each
     [
         "course_utils.grade.protocol",
-        "course_utils.grade.diagnose",
         "course_utils.grade.questions",
         "course_utils.grade.source",
         "course_utils.grade.points",
-    ],  # plan, verdict, reading, points
+    ],  # cases, plan and verdict by exercise id; reading; points
     [
         "course_utils.grade.runner",
         "course_utils.grade.history",
@@ -62,11 +64,11 @@ LAYERS = [
     ],  # entry points
     ["course_utils.__init__"],  # the re-exports
 ]
-# the harness runs in the sandbox, where course_utils is the learner site's: the capstone's GPT where that exercise
-# is graded alone (imported inside the function that needs it). Its import of the learner site's check() (that
-# only records) reaches course_utils.grade's face, which sits below the sandbox: no exception needed.
+# the harness runs in the sandbox, where course_utils is the learner site's: the course's GPT where an exercise of the
+# model kind is graded alone (imported inside the function that needs it). Its import of the learner site's check()
+# (that only records) reaches course_utils.grade's face, which sits below the sandbox: no exception needed.
 EXCEPTIONS = {
-    ("course_utils.grade.sandbox.model_exercise", "course_utils.gpt"),
+    ("course_utils.grade.sandbox.kinds.model", "course_utils.gpt"),
 }
 
 
@@ -176,3 +178,65 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
     assert layer("course_utils.grade.exercises.mha") > layer("course_utils.grade.kit")
     # ``from .. import kit`` in an exercise runs the grader's package first, as Python does
     assert "course_utils.grade.__init__" in g["course_utils.grade.exercises.mha"]
+
+
+# the grader's modules that every kind of exercise goes through: they name no exercise and nothing a kind keeps to
+# itself (its calls' fields, its cases' fields, its name); an exercise's and a kind's own are asked of them
+GENERIC = [
+    "grade/types.py",
+    "grade/protocol.py",
+    "grade/diagnose.py",
+    "grade/records.py",
+    "grade/runner.py",
+    "grade/notebook.py",
+    "grade/messages.py",
+    "grade/child.py",
+    "grade/jail.py",
+    "grade/source.py",
+    "grade/points.py",
+    "grade/batch.py",
+    "grade/sandbox/running.py",
+    "grade/sandbox/harness.py",
+]
+
+
+def kind_private_names() -> set:
+    """The fields of every kind's calls and cases beyond what every case has, and the kinds' names but the two a
+    contract names ("function" and "module" are also plain words)."""
+    from dataclasses import fields
+
+    from course_utils.grade import kinds
+    from course_utils.grade.types import Case
+
+    shared = {f.name for f in fields(Case)} | {"seed", "args", "x", "state", "kwargs", "kind"}  # words too plain
+    names = set()
+    for kind in kinds.KINDS.values():
+        module = importlib.import_module(type(kind).__module__)
+        for name in ("Call", "Case"):
+            if hasattr(module, name):
+                names |= {f.name for f in fields(getattr(module, name))}
+        names |= {p.fget.__name__ for p in vars(getattr(module, "Call", object)).values() if isinstance(p, property)}
+    return (names - shared) | {"ring_size", "fn_args"} | set(kinds.KINDS) - {"function", "module"}
+
+
+def named_in(path: Path) -> set:
+    """The string constants, attribute names and keyword names of a module's source."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.keyword) and node.arg:
+            found.add(node.arg)
+    return found
+
+
+def test_the_generic_grader_names_no_exercise_and_nothing_a_kind_keeps_to_itself():
+    from course_utils.grade.exercises import IDS
+
+    forbidden = set(IDS) | kind_private_names()
+    assert {"ring_size", "tile_bound", "given_past", "model", "induction_head"} <= forbidden  # the check can fail
+    for module in GENERIC:
+        named = named_in(ROOT / module) & forbidden
+        assert not named, f"{module} names {sorted(named)}: ask the exercise or its kind (kinds/) instead"

@@ -18,11 +18,11 @@ from . import jail, limits, runner
 from .batch import grade_folder
 from .escape import one_line, terminal
 from .exercises import IDS
-from .messages import Msg, add_texts, text
+from .messages import Msg, text
 from .names import shown
 from .progress import Progress
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "run.no_sandbox": ("graded without a sandbox ({why})", "没有沙箱，直接运行评分（{why}）"),
     "cli.graded": (
@@ -45,7 +45,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
     "cli.note": ("   note: {note}", "   注：{note}"),
 }
-add_texts(TEXTS)
 
 
 def _language(value: str) -> str:

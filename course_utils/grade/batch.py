@@ -12,15 +12,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from . import class_report
-from .diagnose import failure
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
-from .messages import CATALOGUE, Msg, add_texts, joined, resolve, text
+from .exercises import mistake_said
+from .messages import Msg, joined, resolve, text
 from .names import feedback_name, shown
 from .points import points
+from .protocol import failure
 from .runner import SubmissionReport, grade_file
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "batch.title": ("# Feedback for {name}", "# {name} 的评分反馈"),
     "batch.not_graded": ("**Not graded:** {error}", "**未评分：**{error}"),
@@ -71,7 +72,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "cli.skipped_line": ("{name}: {why}", "{name}：{why}"),
 }
-add_texts(TEXTS)
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 
@@ -113,10 +113,10 @@ def feedback_markdown(name: str, report, lang: str | None = None) -> str:
 def _words(r) -> Msg:
     """A failed exercise's status in words: the mistake it makes, or what kind of failure it is."""
     key = r.diagnosis or "other"
-    for name in ("mutant." + key, "status." + key):
-        if name in CATALOGUE:
-            return Msg(name)
-    return Msg("status.other")
+    said = mistake_said(key)
+    if said is not None:
+        return said
+    return Msg("status." + key) if "status." + key in TEXTS else Msg("status.other")
 
 
 def status(report, lang: str | None = None) -> str:

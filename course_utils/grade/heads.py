@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from .kinds.module import Call, Case
 from .kit import (
     M_SOFTMAX_BATCH,
     M_SOFTMAX_HEADS,
@@ -26,8 +27,7 @@ from .kit import (
     mutant,
     random_params,
 )
-from .messages import add_texts
-from .types import Call, Case, NoGradient
+from .types import NoGradient
 
 # the shapes of computation the exercises 01-07 declare (grade/exercises/): one head (self-attention, causal), the
 # wrapper's separate heads, weight-split heads (MHA, GQA, interview mode), weight-split heads with a KV cache
@@ -334,7 +334,7 @@ def train_case(form, name, g, batch, tokens, **ctor):
 def visible_dropout_case(name, g, ctor, params, x, tokens, use_cache=None, **kwargs) -> Case:
     """A training case on ``params`` whose values are already one-hot (head h's value of token t is e_t, for the
     one-hot input ``x``): out_proj made orthogonal, so that every element of a head's context vector, read back
-    from the output, is one attention weight (``diagnose.dropout_problem``); the module called in eval mode, then
+    from the output, is one attention weight (``kinds.module.dropout_problem``); the module called in eval mode, then
     in training mode on the same input (``kwargs``: the forward's other arguments, the same in both calls)."""
     if "out_proj.weight" in params:
         d_out = params["out_proj.weight"].shape[0]
@@ -393,16 +393,6 @@ def interleaved_case(form, name, g, batch, **ctor):
         Call(b[:, 2:5], seed=draw_seed(g), past=1, use_cache=True),
     ]
     return Case(name, ctor, params, calls, kind="cache")
-
-
-def without_biases(case: Case, roles) -> Case:
-    """``case`` with the biases of the given projections (q, k, v, o) set to zero: what a candidate's class
-    without those biases computes."""
-    names = {"q": "W_query.bias", "k": "W_key.bias", "v": "W_value.bias", "o": "out_proj.bias"}
-    absent = {names[r] for r in roles}
-    params = {k: (torch.zeros_like(t) if k in absent else t) for k, t in case.params.items()}
-    meta = {k: v for k, v in case.meta.items() if k != "expected"}
-    return replace(case, params=params, meta={**meta, "absent": absent})
 
 
 def expected_for(form: str):
@@ -604,4 +594,3 @@ TEXTS: dict[str, tuple[str, str]] = {
         }
     ),
 }
-add_texts(TEXTS)

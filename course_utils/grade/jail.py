@@ -5,8 +5,9 @@ the submission's total over all its processes is ``limits.Box``'s, a cgroup wher
 or, where no sandbox exists and the instructor said the submissions are trusted, a plain child process.
 
 The child gets its plan on stdin and returns its result through a pipe; nothing of the grader or the
-course's reference code is mounted in the sandbox: only ``sandbox/`` and the learner-side course_utils
-(``build_lib``). This module is the parent's side: it builds that tree and starts, limits and ends the child.
+course's reference code is mounted in the sandbox: only the package ``sandbox/`` and the learner-side course_utils
+(``build_lib``), and what an exercise's kind asks for (``mounts``, ``env``). This module is the parent's side: it builds
+that tree and starts, limits and ends the child; it knows no exercise and no kind.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import limits
-from .messages import Msg, add_texts
+from .messages import Msg
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "sandbox.not_linux": (
         "bubblewrap sandboxes need Linux (this is {platform})",
@@ -41,7 +43,6 @@ TEXTS: dict[str, tuple[str, str]] = {
         "bwrap 无法在这里创建命名空间：{error}",
     ),
 }
-add_texts(TEXTS)
 
 MEMORY_CAP = 4 << 30  # address space: torch needs ~1 GiB just to import
 MAX_FILE = 64 << 20  # any one file written
@@ -51,17 +52,14 @@ STDERR_TAIL = 4096  # bytes of stderr kept
 SANDBOX_UID = 61000  # + this grader process's block + a slot number: see sandbox_uid
 SLOTS_PER_GRADER = 64  # the uids of one grader process: one per worker slot
 
-_SANDBOX = Path(__file__).resolve().parent / "sandbox"  # mounted as it is, at /grader
+_SANDBOX = Path(__file__).resolve().parent / "sandbox"  # mounted as it is, a package at /grader/sandbox
 _COURSE = _SANDBOX.parents[1]
 # The answer boundary is a folder boundary. A submission's course_utils is the learner site's (its __init__ and
 # a check() that only records) with every top-level module of course_utils beside it: the book's data, the device
 # helpers, the figures; none implements an exercise. The subpackages are never mounted: grade/ (the verdict),
-# reference/ (the answers), capstone/ (the course's GPT, built from the answers). The capstone's exercise (find the
-# induction head in a trained GPT) needs the model to run: reference/ and capstone/ are mounted only in a sandbox
-# that grades that exercise alone, so that no other exercise is ever graded with its answer importable; the
-# course's own head scoring is withheld there.
-_MODEL_PACKAGES = ("reference", "capstone")
-_WITHHELD = {"capstone/induction.py": ("head_scores",)}
+# reference/ (the answers), capstone/ (the course's GPT, built from the answers), but those an exercise's kind asks
+# for in a sandbox that grades that exercise alone (``mounts``: the capstone's reference/ and capstone/, so that no
+# other exercise is ever graded with its answer importable), their functions ``withheld`` replaced by a refusal.
 _NOT_MOUNTED = shutil.ignore_patterns("__pycache__", "*.png")
 
 
@@ -69,38 +67,41 @@ class SandboxUnavailable(Exception):
     """No sandbox can be made on this machine (no bubblewrap, or the kernel refuses its namespaces)."""
 
 
-def _without(source: str, names) -> str:
-    """``source`` with the bodies of the top-level functions ``names`` replaced by a refusal."""
+def _without(source: str, module: str, withheld: Mapping[str, str]) -> str:
+    """``source`` (of ``course_utils.<module>``) with the bodies of the top-level functions ``withheld`` (name ->
+    what to do instead) replaced by a refusal that says so."""
     lines = source.splitlines(True)
     for node in sorted(
-        (n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names),
+        (n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in withheld),
         key=lambda n: n.lineno,
         reverse=True,
     ):
         first, last = node.body[0].lineno - 1, node.end_lineno
         indent = " " * node.body[0].col_offset
-        lines[first:last] = [
-            f"{indent}raise ImportError('course_utils.induction.{node.name} is not available "
-            f"while a submission is graded: compute the scores yourself')\n"
-        ]
+        why = withheld[node.name]
+        refusal = f"course_utils.{module}.{node.name} is not available while a submission is graded: {why}"
+        lines[first:last] = [f"{indent}raise ImportError({refusal!r})\n"]
     return "".join(lines)
 
 
-def build_lib(dest: Path, with_model: bool = False) -> Path:
-    """The read-only tree mounted at /grader: the files of ``sandbox/`` (the harness and its texts), the learner
-    site's course_utils with the top-level modules of course_utils (and its reference/ and capstone/ folders
-    when ``with_model``)."""
-    shutil.copytree(_SANDBOX, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "learner_site"))
+def build_lib(dest: Path, mounts: Sequence[str] = (), withheld: Mapping[str, Mapping[str, str]] | None = None) -> Path:
+    """The read-only tree mounted at /grader: the package ``sandbox/`` (the harness, the kinds' child sides, their
+    texts), beside it the learner site's course_utils with the top-level modules of course_utils, and the course's
+    subpackages ``mounts`` with their functions ``withheld`` ({file within course_utils: {function: what to do
+    instead}}) replaced by a refusal."""
+    shutil.copytree(
+        _SANDBOX, dest / "sandbox", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "learner_site")
+    )
     site = dest / "course_utils"
     shutil.copytree(_SANDBOX / "learner_site" / "course_utils", site, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
     for module in _COURSE.glob("*.py"):
         if module.name != "__init__.py":  # the learner site's __init__ stands in for the course's
             shutil.copy(module, site / module.name)
-    if with_model:
-        for package in _MODEL_PACKAGES:
-            shutil.copytree(_COURSE / package, site / package, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
-        for name, withheld in _WITHHELD.items():
-            (site / name).write_text(_without((_COURSE / name).read_text(encoding="utf-8"), withheld), encoding="utf-8")
+    for package in mounts:
+        shutil.copytree(_COURSE / package, site / package, dirs_exist_ok=True, ignore=_NOT_MOUNTED)
+    for name, functions in (withheld or {}).items():
+        source = (_COURSE / name).read_text(encoding="utf-8")
+        (site / name).write_text(_without(source, Path(name).stem, functions), encoding="utf-8")
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
@@ -153,10 +154,29 @@ def _ro_bind_with_parents(path: str, made: set) -> list:
     return args + ["--ro-bind", path, path]
 
 
+def child(lib: str, result_fd: int, ready_fd: int | None = None) -> list:
+    """The child's command after its Python: the harness's ``main``, with the mounted tree ``lib`` first on sys.path
+    (the sandbox package and the learner site's course_utils), the plan on stdin, the result to ``result_fd``, and
+    one byte on ``ready_fd`` once it is ready (torch imported, the plan read: the submission's own time starts)."""
+    boot = (
+        f"import sys; sys.path[0] = {lib!r}; from sandbox.harness import main; "
+        "main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)"
+    )
+    return ["-E", "-s", "-c", boot, str(result_fd)] + ([] if ready_fd is None else [str(ready_fd)])
+
+
 def command(
-    lib: Path, submission_fd: int, submission_name: str, result_fd: int, slot: int, ready_fd: int | None = None
+    lib: Path,
+    submission_fd: int,
+    submission_name: str,
+    result_fd: int,
+    slot: int,
+    env: Mapping[str, str] | None = None,
+    ready_fd: int | None = None,
 ) -> list:
-    """The bwrap command line that runs the harness on one submission (``ready_fd``: where it says it is ready)."""
+    """The bwrap command line that runs the harness on one submission, with the environment ``env`` beside the
+    sandbox's own (what a kind's child needs: exercise 14's Triton interpreter); ``ready_fd``: where it says it is
+    ready."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
     cmd = [
@@ -234,11 +254,10 @@ def command(
         "--setenv",
         "PYTHONWARNINGS",
         "ignore",
-        "--setenv",
-        "TRITON_INTERPRET",
-        "1",
-        "--",
-    ]  # no GPU in here: exercise 14's kernels run interpreted
+    ]
+    for name, value in (env or {}).items():
+        cmd += ["--setenv", name, value]
+    cmd.append("--")
     if os.geteuid() == 0:
         uid = str(sandbox_uid(slot))
         cmd += [
@@ -251,11 +270,7 @@ def command(
             "--no-new-privs",
             "--",
         ]
-    return cmd + [python, "-E", "-s", "/grader/harness.py", "-", str(result_fd)] + _ready_arg(ready_fd)
-
-
-def _ready_arg(ready_fd: int | None) -> list:
-    return [] if ready_fd is None else [str(ready_fd)]
+    return cmd + [python, *child("/grader", result_fd, ready_fd)]
 
 
 def sandbox_uid(slot: int) -> int:
@@ -324,21 +339,30 @@ def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None 
 
 
 def run(
-    submission: Path, plan: bytes, *, timeout: float, slot: int = 0, sandboxed: bool = True, with_model: bool = False
+    submission: Path,
+    plan: bytes,
+    *,
+    timeout: float,
+    slot: int = 0,
+    sandboxed: bool = True,
+    mounts: Sequence[str] = (),
+    withheld: Mapping[str, Mapping[str, str]] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Outcome:
-    """Run the harness on ``submission`` with ``plan``; the submission itself is only read. ``timeout`` bounds the
-    submission's own time: it starts when the harness says it is ready (torch imported, the plan read), so that the
-    grader's own start-up, seconds longer on a loaded machine, never counts against a learner's code; the start-up
-    has its own bound, ``limits.START_SECONDS``."""
+    """Run the harness on ``submission`` with ``plan``, the course's subpackages ``mounts`` (their functions
+    ``withheld``) and the environment ``env`` added for the plan's kinds; the submission itself is only read.
+    ``timeout`` bounds the submission's own time: it starts when the harness says it is ready (torch imported, the
+    plan read), so that the grader's own start-up, seconds longer on a loaded machine, never counts against a
+    learner's code; the start-up has its own bound, ``limits.START_SECONDS``."""
     result_r, result_w = os.pipe()
     ready_r, ready_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
-        lib = build_lib(Path(tmp) / "lib", with_model)
+        lib = build_lib(Path(tmp) / "lib", mounts, withheld)
         if sandboxed:
             if probe() is not None:
                 raise SandboxUnavailable(probe())
             os.set_inheritable(sub.fileno(), True)
-            cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot, ready_w)
+            cmd = command(lib, sub.fileno(), "submission" + submission.suffix, result_w, slot, env, ready_w)
             tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
             nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks
             cwd, env = tmp, {}
@@ -346,7 +370,7 @@ def run(
             private = Path(tmp) / "submission"
             private.mkdir()
             shutil.copyfile(submission, private / ("submission" + submission.suffix))
-            cmd = [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(result_w), str(ready_w)]
+            cmd = [sys.executable, *child(str(lib), result_w, ready_w)]
             nproc = _user_processes() + limits.MAX_TASKS
             cwd = str(private)
             env = {
@@ -356,8 +380,8 @@ def run(
                 "MPLBACKEND": "Agg",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONWARNINGS": "ignore",
-                "TRITON_INTERPRET": "1",
-            }  # as in the sandbox: exercise 14's kernels run in triton's interpreter
+                **(env or {}),
+            }  # as in the sandbox
         box = limits.Box()  # the submission's total: memory over all its processes, tasks (see limits.py)
         try:
             proc = subprocess.Popen(

@@ -1,7 +1,8 @@
 """The exercise author's kit: everything an exercise module (``grade/exercises/<id>.py``) builds on.
 
-- **Mistakes**: ``Mistake(key, en, zh)`` names a misconception and says it in both languages; ``mutant(mistake,
-  variant)`` pairs it with the flags of the reference computation that makes it.
+- **Mistakes**: ``Mistake(key)`` names a misconception, said by the ``TEXTS`` of the module that declares it
+  (``mutant.<key>``, both languages); ``mutant(mistake, variant)`` pairs it with the flags of the reference
+  computation that makes it. An exercise that makes another's mistake imports that ``Mistake``.
 - **Small computations** every exercise's reference uses: ``linear``, ``split_heads``, ``rope``, ``causal_hide``,
   ``attend``.
 - **Cases**: parameters drawn for a case (``random_params``, ``draw_seed``), and the case shapes of a module with a
@@ -11,59 +12,27 @@
   (the softmax axes, RoPE's miscounted exponents and mixed layouts, a cache that ignores the past) are here.
 
 An exercise declares ``TEXTS: dict[str, tuple[str, str]]`` (key -> (English, Chinese)): its mistakes' texts under
-``mutant.<key>``, its case titles under ``case:<English title>``. The registry adds them to the catalogue when it
-finds the exercise, so a ``Mistake`` that names a text of ``TEXTS`` makes its ``Msg`` only when a mutant is made.
+``mutant.<key>``, its case titles under ``case:<English title>``: data of its module, read where they are said (a
+``Mistake``'s message, a case's title), never gathered into a catalogue.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .messages import Msg, add_texts
-from .types import Call, Case, Mutant
+from .kinds.module import Call, Case
+from .types import Mistake as Mistake  # the author's kit: exercises take these from here
+from .types import Mutant
+from .types import mutant as mutant
 
 # ---------------------------------------------------------------------------------------------
 # mistakes and mutants
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A misconception: its diagnosis ``key`` (what grades.csv and the tests name) and its text, ``mutant.<text or
-    key>`` in the catalogue; ``text`` tells two wordings of one diagnosis apart. With ``en`` and ``zh`` the mistake
-    carries its own text (added to the catalogue here); without, the text is the exercise's ``TEXTS``' (or a shared
-    one)."""
-
-    key: str
-    en: str | None = None
-    zh: str | None = None
-    text: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.en is None) != (self.zh is None):
-            raise ValueError(f"mistake {self.key!r}: give its text in both languages, or in neither")
-        if self.en is not None and self.zh is not None:
-            add_texts({self.text_key: (self.en, self.zh)})
-
-    @property
-    def text_key(self) -> str:
-        return "mutant." + (self.text or self.key)
-
-    @property
-    def message(self) -> Msg:
-        return Msg(self.text_key)
-
-
-def mutant(mistake: Mistake, variant: object, outputs_only: bool = False, paired: bool = True) -> Mutant:
-    """The ``mistake`` made by the reference computation with flags ``variant``. ``outputs_only``: matched on the
-    outputs alone (a cache kept inside the module returns anything). ``paired=False``: named alone, not tried two at
-    a time with the others (rarer mistakes, whose pairs would multiply the grader's work)."""
-    return Mutant(mistake.key, mistake.message, variant, outputs_only, paired)
 
 
 def case_titles(titles: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -260,7 +229,7 @@ def module_expected(forward: Forward, case: Case, v: Any) -> dict[str, Tensor | 
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
             tag = f"step{i + 1}"
-            if call.train:  # checked by diagnose.dropout_problem against the learner's own eval-mode call
+            if call.train:  # checked by kinds.module.dropout_problem against the learner's own eval-mode call
                 continue
             given = (
                 presents[call.past] if isinstance(call.past, int) else case.given_past if call.past == "given" else None
@@ -303,6 +272,7 @@ def softmax_axis_mutants(ok: Any) -> list[Mutant]:
     ]
 
 
+# the texts of the mistakes several exercises share, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "mutant.softmax_wrong_axis": (
         "softmax over the wrong axis (dim=-2, the queries): each query's weights must sum "
@@ -379,4 +349,3 @@ TEXTS: dict[str, tuple[str, str]] = {
         "因果掩码对齐到了缓存的开头：新的查询在序列的最后几个位置；当 j > n_past + i 时，要对新查询 i 遮住键 j",
     ),
 }
-add_texts(TEXTS)

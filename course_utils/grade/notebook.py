@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import history
-from .diagnose import NOT_IMPLEMENTED, total_checks, verdict
+from .diagnose import NOT_IMPLEMENTED
 from .exercises import get
-from .messages import Msg
-from .protocol import Graded, chosen_class, class_delegation, run_in_process
+from .protocol import Graded, chosen, run_in_process
 from .registry import Exercise
-from .types import Result, new_seed
+from .types import Result
 
 
 def grade_class(
@@ -22,41 +21,32 @@ def grade_class(
     refusals: list[Any] | None = None,
     seed: int | None = None,
 ) -> Result:
-    """Grade the learner's class ``cls`` for ``exercise`` in this process; never raises for learner bugs.
-    ``cls`` may be a namespace (``globals()``): the class is then found in it as the file grader finds it."""
+    """Grade the learner's class (or function) ``cls`` for ``exercise`` in this process; never raises for learner
+    bugs. ``cls`` may be a namespace (``globals()``): what to grade is then found in it as the file grader finds it."""
     ex = get(exercise)
+    kind = ex.how
     graded = Graded(ex, seed)
-    cls, none_fits = chosen_class(cls, graded)  # check("id", globals()): the class found as the file grader finds it
+    total = kind.total_checks(graded.cases)
+    cls, none_fits = chosen(cls, graded)  # check("id", globals()): found as the file grader finds it
     if none_fits is not None:
-        return Result(ex.id, False, 0.0, 0, total_checks(graded.cases), "missing", [none_fits])
-    if cls is None:  # the learner has not defined the class yet (check("id", globals().get("Name")))
-        kind = "module" if ex.interview else ex.kind
-        return Result(
-            ex.id,
-            False,
-            0.0,
-            0,
-            total_checks(graded.cases),
-            NOT_IMPLEMENTED,
-            [Msg("not_implemented.define_" + kind, name=ex.contract)],
-        )
+        return Result(ex.id, False, 0.0, 0, total, "missing", [none_fits])
+    if cls is None:  # the learner has not defined it yet (check("id", globals().get("Name")))
+        return Result(ex.id, False, 0.0, 0, total, NOT_IMPLEMENTED, [kind.not_defined(ex)])
+    unfit = kind.unfit(ex, cls)
+    if unfit is not None:
+        return Result(ex.id, False, 0.0, 0, total, "contract", [unfit])
     refusals = list(refusals or [])
-    reason = class_delegation(cls, ex)
-    if reason and ("course_utils" in reason or ex.interview):
+    reason = kind.delegation(ex, cls)
+    if reason is not None:
         refusals.append(reason)
     records = [] if refusals else run_in_process(cls, graded, learner_files)
-    return verdict(ex, records, graded.cases, refusals, assumed=graded.assumed)
+    return graded.verdict(records, refusals)
 
 
 def check(exercise: str, cls: Any, *, quiet: bool = False, lang: str | None = None) -> Result:
     """The self-check cell: prints a pass line or a diagnosis naming the mistake, returns the Result.
     ``lang``: 'en' or 'zh' (default: the course's current language, Chinese in the zh-CN notebooks)."""
-    ex = get(exercise)
-    if ex.kind == "model":  # the capstone: a function graded on trained models (cls is the function)
-        function = cls.get(ex.contract) if isinstance(cls, dict) else cls  # check("id", globals())
-        result: Result = ex.model.grade_function(ex.id, function, seed=new_seed())
-    else:
-        result = grade_class(ex, cls)
+    result = grade_class(get(exercise), cls)
     history.record(result)  # the learner's own progress, on this machine only (make progress)
     if not quiet:
         print(result.report(lang))

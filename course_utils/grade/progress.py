@@ -8,10 +8,10 @@ import time
 
 from .batch import status  # the status in words, as grades.csv has it
 from .escape import one_line, terminal
-from .messages import Msg, add_texts
+from .messages import Msg
 from .names import shown
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "batch.progress_line": (
         "[{done}/{count}] {name}: {status} ({seconds:.1f} s)",
@@ -22,7 +22,6 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{bar} {done}/{count}，大约还要 {left:.0f} 秒",
     ),
 }
-add_texts(TEXTS)
 
 BAR_WIDTH = 30
 

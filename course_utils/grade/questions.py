@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .messages import Msg, add_texts, joined
+from .messages import Msg, joined
 from .types import Result
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "question": ("question {id}", "问题 {id}"),
     "not_implemented.answer": ("not implemented yet: answer {question}", "还没有作答：{question}"),
@@ -94,7 +94,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "q.line": ("{question}: {why}", "{question}：{why}"),
 }
-add_texts(TEXTS)
 
 LLAMA2_7B = Msg("q.llama2_7b")  # Llama-2-7B (32 layers, 32 heads, 32 KV heads, head_dim 128)
 

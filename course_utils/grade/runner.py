@@ -6,21 +6,21 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from . import jail, limits, protocol, source
+from . import jail, limits, source
 from .child import from_child
-from .diagnose import failure, verdict
 from .exercises import get
-from .messages import Msg, add_texts, resolve, text
+from .messages import Msg, resolve, text
+from .protocol import BadResult, Graded, failure
 from .questions import QUESTIONS, grade_answer
-from .registry import Exercise
-from .types import new_seed
 
-# this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
+# this module's texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
     "refusal.imports": ("imports {what}", "导入了 {what}"),
+    "refusal.imports_cell": ("imports cell {cell}: {what}", "单元格 {cell} 导入了 {what}"),
     "run.cell_note": ("cell {cell}: {note}", "单元格 {cell}：{note}"),
     "run.interview_detected": (
         "graded as {exercise} (interview mode): no check() call names an exercise, and the "
@@ -62,10 +62,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "这份提交启动了超过 {limit} 个进程或线程，被终止了",
     ),
     "bad.exercises": ("not a mapping of exercises", "不是练习的字典"),
-    "bad.model_records": ("wrong number of model records", "模型记录的数量不对"),
-    "bad.model_record": ("a model record is not a mapping", "有一条模型记录不是字典"),
 }
-add_texts(TEXTS)
 
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = limits.SUBMISSION_BUDGET  # per submission, all its sandbox runs together
@@ -98,12 +95,6 @@ class SubmissionReport:
         }
 
 
-def _fail_all(report, exercises, key, message):
-    report.error = message
-    report.results = [failure(ex, key, message) for ex in exercises]
-    return report
-
-
 def _strings(value, limit=50) -> list:
     return [str(v)[:400] for v in value[:limit]] if isinstance(value, list) else []
 
@@ -129,12 +120,36 @@ def _answers(raw) -> list:
     return [grade_answer(q, v) for q, v in latest.items()]
 
 
-def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, report=None):
-    """(data, None) from a run of the harness, or (None, (key, message)) when nothing usable came back."""
+def _sandbox(
+    path: Path,
+    plan: dict,
+    total_timeout: float,
+    slot: int,
+    sandboxed: bool,
+    group: list,
+    report: SubmissionReport | None = None,
+) -> tuple[Any, Any]:
+    """(data, None) from a run of the harness on ``plan`` (its exercises ``group``: their kinds say what the sandbox
+    adds), or (None, (key, message)) when nothing usable came back."""
     buffer = io.BytesIO()
     torch.save(plan, buffer)
+    env: dict[str, str] = {}
+    mounts: list[str] = []
+    withheld: dict[str, dict[str, str]] = {}
+    for ex in group:
+        env.update(ex.how.env)
+        packages, functions = ex.how.mounts(ex)
+        mounts += [p for p in packages if p not in mounts]
+        withheld.update(functions)
     outcome = jail.run(
-        path, buffer.getvalue(), timeout=total_timeout, slot=slot, sandboxed=sandboxed, with_model=with_model
+        path,
+        buffer.getvalue(),
+        timeout=total_timeout,
+        slot=slot,
+        sandboxed=sandboxed,
+        mounts=tuple(mounts),
+        withheld=withheld,
+        env=env,
     )
     usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
@@ -165,7 +180,7 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
     try:
         data = torch.load(io.BytesIO(outcome.result), weights_only=True)
         if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
-            raise protocol.BadResult(Msg("bad.exercises"))
+            raise BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
     if usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
@@ -175,39 +190,6 @@ def _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=False, repor
             else Msg("run.over_processes", limit=limits.MAX_TASKS)
         )
     return data, None
-
-
-def _model_records(entry, count) -> list:
-    """The capstone's records, reduced to the schema: per model an answer ([layer, head] or a description)
-    and an error; raises BadResult."""
-    raw = entry.get("records")
-    if not isinstance(raw, list) or len(raw) != count:
-        raise protocol.BadResult(Msg("bad.model_records"))
-    records = []
-    for i, rec in enumerate(raw):
-        if not isinstance(rec, dict):
-            raise protocol.BadResult(Msg("bad.model_record"))
-        answer = rec.get("answer")
-        if isinstance(answer, list) and len(answer) == 2 and all(type(v) is int for v in answer):
-            answer = list(answer)
-        elif answer is not None:
-            answer = str(answer)[:80]
-        err = rec.get("error")
-        if err is not None:
-            if not isinstance(err, dict):
-                raise protocol.BadResult(Msg("bad.error"))
-            err = protocol.with_texts(
-                {
-                    "type": str(err.get("type"))[:80],
-                    "message": str(err.get("message"))[:1200],
-                    "line": None if err.get("line") is None else str(err.get("line"))[:300],
-                    "not_implemented": err.get("not_implemented") is True,
-                    "where": "call",
-                },
-                err,
-            )
-        records.append({"case": i, "error": err, "answer": answer, "calls": []})
-    return records
 
 
 def grade_file(
@@ -221,8 +203,8 @@ def grade_file(
 ) -> SubmissionReport:
     """Grade ``path`` (.py or .ipynb) on ``exercises`` (default: those found in it); never raises for a
     broken submission. The submission file is only read. ``sandboxed=False`` runs it in a plain child
-    process (trusted submissions, or a machine without bubblewrap). The capstone's exercise runs in a sandbox
-    of its own, the only one where the course's GPT (and so its attention modules) can be imported."""
+    process (trusted submissions, or a machine without bubblewrap). An exercise whose kind mounts more of the course
+    (the capstone's: the course's GPT, and so its attention modules) runs in a sandbox of its own."""
     path = Path(path)
     report = SubmissionReport(str(path))
     for ex in exercises or []:
@@ -230,7 +212,9 @@ def grade_file(
     try:
         cells = source.read_cells(path)
     except source.SubmissionError as exc:
-        return _fail_all(report, exercises or [], "unreadable", exc.args[0])
+        report.error = exc.args[0]
+        report.results = [failure(ex, "unreadable", exc.args[0]) for ex in exercises or []]
+        return report
     fallback = [] if exercises else source.detected_interview(cells)
     exercises = list(exercises or source.find_exercises(cells))
     if not exercises:
@@ -248,85 +232,59 @@ def grade_file(
     def said(key, c, what):  # "imports cell 3: ..." when the submission has several cells
         return Msg(key + "_cell", cell=c["index"], what=what) if len(cells) > 1 else Msg(key, what=what)
 
-    imports = [said("refusal.imports", c, imp) for c in prepared for imp in source.course_imports(c["source"])]
     declared = [get(ex) for ex in exercises]
-    models = [ex for ex in declared if ex.kind == "model"]
-    on_cases = [ex for ex in declared if ex.kind != "model"]
 
-    graded = {ex.id: protocol.Graded(ex) for ex in on_cases}  # a fresh secret seed per submission
+    found = [(c, imp) for c in prepared for imp in source.course_imports(c["source"])]
+    refused = {  # the course's code each exercise's submission imports, and may not (its kind says what it may)
+        ex.id: [said("refusal.imports", c, imp) for c, imp in found if not ex.how.allowed_import(ex, imp.args["name"])]
+        for ex in declared
+    }
+
+    # the exercises a sandbox grades together, then each whose kind mounts more of the course (graded alone, so that
+    # what it mounts reaches no other exercise)
+    together = [ex for ex in declared if not ex.how.alone]
+    groups = ([together] if together else []) + [[ex] for ex in declared if ex.how.alone]
     base = {"cell_timeout": float(cell_timeout), "cells": prepared}
-    if on_cases:
-        data, failed = _sandbox(
-            path,
-            {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in on_cases}},
-            total_timeout,
-            slot,
-            sandboxed,
-            report=report,
-        )
+    for group in groups:
+        shared = group is together
+        if not shared and all(refused[ex.id] for ex in group):  # known from the source alone: nothing to run
+            report.results += [Graded(ex).verdict([], refused[ex.id]) for ex in group]
+            continue
+        graded = {ex.id: Graded(ex) for ex in group}  # a fresh secret seed per submission
+        left = max(1.0, total_timeout - report.budget_spent)  # the budget covers every sandbox it gets
+        plan = {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in group}}
+        data, failed = _sandbox(path, plan, left if not shared else total_timeout, slot, sandboxed, group, report)
         if failed:
-            _fail_all(report, [ex.id for ex in on_cases], *failed)
-        else:
+            report.results += [graded[ex.id].failure(*failed) for ex in group]
+            if shared:  # the file's own run: nothing of it could be graded
+                report.error = failed[1]
+            continue
+        if shared:
             report.notes = notes + _notes(data) + report.limit_notes
             report.results += _answers(data.get("answers"))
-            report.results += [_result(ex, data, graded[ex.id], imports, report.notes) for ex in on_cases]
-    for ex in models:
-        left = max(1.0, total_timeout - report.budget_spent)  # the budget covers every sandbox it gets
-        report.results.append(_grade_model_exercise(path, ex, base, imports, left, slot, sandboxed, report))
+        elif not report.notes:
+            report.notes = _notes(data)
+        report.results += [_result(ex, data, graded[ex.id], refused[ex.id], report.notes) for ex in group]
     return report
 
 
-def _result(ex: Exercise, data, graded, imports, notes):
+def _result(ex, data, graded, imports, notes):
     """The Result of ``ex`` from what the child sent (``data``): the verdict on its records, or why there is none."""
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
     if refusals:  # known from the source alone, whatever the child ran or failed to run
-        return verdict(ex, [], graded.cases, refusals=refusals)
+        return graded.verdict([], refusals)
     entry = data["exercises"].get(ex.id)
     if not isinstance(entry, dict):
-        return failure(ex, "missing", Msg("run.not_graded", exercise=ex.id))
+        return graded.failure("missing", Msg("run.not_graded", exercise=ex.id))
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
         # a cell that failed (a syntax error) is the likelier story than a class never written
         key = "missing_after_error" if any(getattr(n, "key", "").startswith("cell_") for n in notes) else "missing"
-        return failure(ex, key, Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
+        return graded.failure(key, Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
     try:
         records = graded.resolve(entry.get("records"))
-    except protocol.BadResult as exc:
-        return failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""))
-    return verdict(ex, records, graded.cases, assumed=graded.assumed)
-
-
-def _grade_model_exercise(path, exercise: Exercise, base, imports, total_timeout, slot, sandboxed, report):
-    """The capstone: the learner's function on trained GPTs whose heads the grader shuffled (secret seed)."""
-    grader, ex = exercise.model, exercise.id  # the module that grades a function on trained models
-    seed = new_seed()
-    cases = grader.make_cases(ex, seed)
-    # the exercise needs course_utils.gpt and .induction; only the course's own head scores are refused
-    refusals = [i for i in imports if "head_scores" in i or not any(m in i for m in ("gpt", "induction"))]
-    if refusals:
-        return verdict(exercise, [], cases, refusals)
-    plan = {
-        **base,
-        "exercises": {},
-        "models": {ex: {"function": exercise.contract, "checkpoints": [c.state for c in cases]}},
-    }
-    data, failed = _sandbox(path, plan, total_timeout, slot, sandboxed, with_model=True, report=report)
-    if failed:
-        return grader.failure(ex, *failed, seed=seed)
-    if not report.notes:
-        report.notes = _notes(data)
-    entry = data["exercises"].get(ex)
-    if not isinstance(entry, dict):
-        return grader.failure(ex, "missing", Msg("run.not_graded", exercise=ex), seed=seed)
-    if entry.get("missing") is not None:
-        missing = from_child(entry.get("missing_said"), str(entry["missing"])[:300])
-        return grader.failure(ex, "missing", missing, seed=seed)
-    try:
-        records = _model_records(entry, len(cases))
-    except protocol.BadResult as exc:
-        return grader.failure(ex, "crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""), seed=seed)
-    for rec, case in zip(records, cases, strict=False):
-        rec["case"] = case.name
-    return verdict(exercise, records, cases)
+    except BadResult as exc:
+        return graded.failure("crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""))
+    return graded.verdict(records)

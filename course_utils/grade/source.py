@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from .exercises import EXERCISES, IDS
-from .messages import Msg, add_texts
+from .messages import Msg
 
 # this module's texts, key -> (English, Chinese): the catalogue's (messages.py) from here on
 TEXTS: dict[str, tuple[str, str]] = {
@@ -43,7 +43,6 @@ TEXTS: dict[str, tuple[str, str]] = {
         "去掉输出后笔记本仍大于 {limit} MiB，超出练习所需：未读取",
     ),
 }
-add_texts(TEXTS)
 
 
 class SubmissionError(Exception):
@@ -303,7 +302,8 @@ def exercise_from_grade_id(grade_id) -> str | None:
 
 
 def find_exercises(cells: list[dict]) -> list[str]:
-    """Exercises named by check("id", ...) calls or nbgrader grade_ids, else by the contract class names."""
+    """Exercises named by check("id", ...) calls or nbgrader grade_ids, else by their contracts' names (a class or a
+    function, as the exercise's kind calls one)."""
     found = []
     for cell in cells:
         ex = exercise_from_grade_id(cell["grade_id"])
@@ -324,12 +324,12 @@ def find_exercises(cells: list[dict]) -> list[str]:
         found = [
             ex.id
             for ex in EXERCISES.values()
-            if ex.kind != "model"
+            if ex.how.word == "class"
             and not ex.interview
             and ex.contract in defined
             and not _interview_answer(ex, inits.get(ex.contract))
         ]
-        found += [ex.id for ex in EXERCISES.values() if ex.kind == "model" and ex.contract in functions]
+        found += [ex.id for ex in EXERCISES.values() if ex.how.word == "function" and ex.contract in functions]
         if not found and defined:
             found = interview_fallback(defined, inits)
     return list(dict.fromkeys(found))

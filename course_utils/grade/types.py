@@ -1,16 +1,17 @@
-"""The grader's shared types: a case and its calls, a mutant, a result. They import nothing of the grader but
-its texts, so that every layer above can use them (see ARCHITECTURE.md)."""
+"""The grader's shared types: a case, a mistake and its mutant, a result. They import nothing of the grader but its
+texts, so that every layer above can use them (see ARCHITECTURE.md); what a call holds is its kind's (``kinds/``)."""
 
 from __future__ import annotations
 
 import secrets
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from .escape import one_line
-from .messages import Msg, resolve, text
+from .messages import Msg, resolve, said_in, text
 
 
 def new_seed() -> int:
@@ -22,69 +23,53 @@ def new_seed() -> int:
 class Mutant:
     key: str
     message: str
-    variant: object  # the flags of one reference computation (heads.Variant, an exercise's own *Variant)
+    variant: object  # the flags of one reference computation (heads.Variant, an exercise's own *Variant), or what the
+    # exercise's kind compares instead (the capstone's: which (layer, head) the mistake answers)
     outputs_only: bool = False  # match on the outputs alone (a cache kept inside the module returns anything)
     paired: bool = True  # also tried two at a time with the others (diagnose.mutant_pairs)
 
 
-@dataclass
-class Call:
-    """One call of the learner's module. ``past``: None, the index of an earlier call whose ``present`` is
-    passed back, or "given" (the case's own past, which the module never produced)."""
+def _declaring_module() -> str:
+    """The module whose code declares a Mistake (the frame above the dataclass's __init__): its TEXTS say it."""
+    return str(sys._getframe(2).f_globals["__name__"])
 
-    x: torch.Tensor
-    train: bool = False
-    seed: int = 0
-    grad: torch.Tensor | None = None  # cotangent: the learner's backward of (out * grad).sum()
-    past: int | str | None = None
-    past_scale: tuple[float, float] | None = None  # the past handed back with its two parts multiplied by these: a
-    # cache the module did not produce, yet in whatever layout the module keeps its own
-    use_cache: bool | None = None  # None: forward(x); a bool: forward(x, past_key_value=..., use_cache=...)
-    kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of forward (MLA's absorb)
-    args: tuple[Any, ...] | None = None  # a function exercise: fn(*args) instead of a module's forward
-    tile_bound: int | None = None  # the largest float tensor the call may make (a tiled function, MLA absorbed)
-    bound_label: str = "tiled"  # the output that reports it: step<i>.<bound_label>, 1 = within the bound
-    peak_bound: int | None = None  # a tiled function: how far (bytes) the process's peak memory may rise
-    helper: str | None = None  # a function exercise: the contract's other function called instead, found beside
-    # the graded one (exercise 13's merge_partials)
-    ranks: int | None = None  # a function exercise run on a ring of this many processes (exercise 15): args are
-    # (q, k, v chunks per rank, seq_len, layout, causal); each rank steps the graded function and passes K/V on with
-    # the contract's function ``exchange``; outputs rank<r>.out, rank<r>.lse, rank<r>.recv<t>.k/.v
-    exchange: str | None = None
-    state: tuple[tuple[str, int], ...] = ()  # a function's arguments it writes into: (name, index in args), each
-    # read back after the call from the copy the learner's function was handed, as the output step<i>.<name>
-    split_check: tuple[str, int] | None = None  # a function exercise that splits its keys (exercise 13): (the
-    # contract's merge, found beside the graded function; the keys of the longest row). step<i>.split = 0 when the
-    # call never had the merge combine two partials and ran a softmax (or logsumexp) over that many keys at once
+
+@dataclass(frozen=True)
+class Mistake:
+    """A misconception: its diagnosis ``key`` (what grades.csv and the tests name) and its text, ``mutant.<text or
+    key>`` in the ``TEXTS`` of the module that declares it (``home``); ``text`` tells two wordings of one diagnosis
+    apart. Another exercise that makes the same mistake imports this one, and so says it in the same words."""
+
+    key: str
+    text: str | None = None
+    home: str = field(default_factory=_declaring_module, compare=False)
 
     @property
-    def fn_args(self) -> tuple[Any, ...]:
-        """The arguments of a function exercise's call (``args``), which its cases always give."""
-        assert self.args is not None, "a call of a function exercise carries the function's arguments"
-        return self.args
+    def text_key(self) -> str:
+        return "mutant." + (self.text or self.key)
 
     @property
-    def ring_size(self) -> int:
-        """The number of ranks of a ring's call (``ranks``), which a ring exercise's cases always give."""
-        assert self.ranks is not None, "a call of a ring exercise says how many ranks it runs on"
-        return self.ranks
+    def message(self) -> Msg:
+        return said_in(self.home, self.text_key)
+
+
+def mutant(mistake: Mistake, variant: object, outputs_only: bool = False, paired: bool = True) -> Mutant:
+    """The ``mistake`` made by the reference computation with flags ``variant``. ``outputs_only``: matched on the
+    outputs alone (a cache kept inside the module returns anything). ``paired=False``: named alone, not tried two at
+    a time with the others (rarer mistakes, whose pairs would multiply the grader's work)."""
+    return Mutant(mistake.key, mistake.message, variant, outputs_only, paired)
 
 
 @dataclass
 class Case:
-    """One configuration: constructor arguments, parameters (by name) and the calls to make."""
+    """One configuration of an exercise: its settings (a module's constructor arguments, a function's sizes), its
+    parameters by name (a module's), and the calls to make, each of its kind's own type (``kinds/``)."""
 
     name: str
     ctor: dict[str, Any]
     params: dict[str, torch.Tensor]
-    calls: list[Call]
-    kind: str = "plain"  # plain | grad | train | large | cache
-    given_past: tuple[torch.Tensor, torch.Tensor] | None = None
+    calls: list[Any]
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def x(self) -> torch.Tensor:
-        return self.calls[0].x
 
 
 class NoGradient(Exception):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade import __main__ as _cli  # noqa: F401  (the CLI's texts, its ❌ among them, join the catalogue)
-from course_utils.grade.messages import CATALOGUE
+from course_utils.grade.messages import TEXTS
 from tests.course.test_learner_path import EN, ZH
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,9 +76,9 @@ def test_make_setup_says_what_it_downloads_and_shows_pips_progress():
 VERDICT_WORDS = {"en": re.compile(r"\b(passed|failed|not graded)\b"), "zh": re.compile(r"通过|未评分")}
 
 
-@pytest.mark.parametrize("key", [k for k, (en, _) in CATALOGUE.items() if "✅" in en or "❌" in en])
+@pytest.mark.parametrize("key", [k for k, (en, _) in TEXTS.items() if "✅" in en or "❌" in en])
 def test_the_words_carry_the_verdict_without_the_emoji(key):
-    for lang, template in zip(("en", "zh"), CATALOGUE[key], strict=True):
+    for lang, template in zip(("en", "zh"), TEXTS[key], strict=True):
         words = template.replace("✅", "").replace("❌", "")
         assert VERDICT_WORDS[lang].search(words), f"{key} ({lang}) says its verdict only by an emoji: {template!r}"
         if "❌" in template:

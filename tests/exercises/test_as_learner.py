@@ -17,15 +17,8 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade.source import strip_magics
-from tests.grader_cases import (
-    beyond,
-    capstone,
-    flash_triton,
-    implementations,
-    paged_decode,
-    ring_attention,
-    sliding_window,
-)
+from tests.grade.exercises.fixtures import FIXTURES
+from tests.grader_cases import flash_triton, implementations
 from tests.grader_cases.held_out_styles import HONEST as HELD_OUT
 from tests.grader_cases.implementations import mutate
 from tests.grader_cases.interview_dialects import DIALECTS
@@ -33,36 +26,9 @@ from tests.grader_cases.interview_dialects import DIALECTS
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 
-
-def _book(exercise):
-    key, edits = implementations.MUTANTS[exercise][0]
-    other = next(iter(implementations.ALTERNATIVES[exercise].values()))
-    return mutate(implementations.REFERENCE[exercise], edits), key, other
-
-
-def _beyond(exercise):
-    key, edits = beyond.MUTANTS[exercise][0]
-    wrong = edits if isinstance(edits, str) else mutate(beyond.REFERENCE[exercise], edits)
-    return wrong, key, next(iter(beyond.ALTERNATIVES[exercise].values()))
-
-
-def _single(module):
-    key, edits = module.MUTANTS[0]
-    wrong = edits if isinstance(edits, str) else mutate(module.REFERENCE, edits)
-    return wrong, key, next(iter(module.ALTERNATIVES.values()))
-
-
-# exercise id -> (a typical wrong answer, the mistake it must be told, a correct answer in a second style)
-TRIES = {
-    **{ex: _book(ex) for ex in ("self_attention", "causal", "wrapper", "mha", "kv_cache", "gqa")},
-    **{ex: _beyond(ex) for ex in ("rope", "online_softmax", "mla")},
-    "mha_interview": (*_book("mha_interview")[:2], DIALECTS["causal_self_attention"][0]),
-    "induction_head": _single(capstone),
-    "sliding_window": _single(sliding_window),
-    "paged_decode": _single(paged_decode),
-    "flash_triton": _single(flash_triton),
-    "ring_attention": _single(ring_attention),
-}
+# exercise id -> (a typical wrong answer, the mistake it must be told, a correct answer in a second style): each
+# exercise's fixture's first mutant and the answer it names for a learner (tests/grade/exercises/fixtures.py)
+TRIES = {ex: (fixture.mutants[0][1], fixture.mutants[0][0], fixture.as_learner) for ex, fixture in FIXTURES.items()}
 # interview mode grades any class: the book's constructor under another name, and the dialects candidates bring
 INTERVIEW_STYLES = {
     "book_signature_named_MHA": implementations.REFERENCE["mha"].replace("class MultiHeadAttention(", "class MHA("),
@@ -216,6 +182,18 @@ def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
             in_kernel[kernel["result"].exercise] = (kernel["result"].passed, kernel["result"].checks_passed)
     assert in_file == in_kernel, (in_file, in_kernel)
     assert in_file["mha_interview"][0] and in_file["kv_cache"][0] == in_file["gqa"][0] == (style == "with_follow_ups")
+
+
+@pytest.mark.parametrize("folder", ["exercises", "exercises/zh-CN"])
+def test_exercise_14_without_triton_says_what_to_do(monkeypatch, folder):
+    """macOS and Windows have no triton wheel: the setup cell says so, in both languages, instead of a bare
+    ModuleNotFoundError (notebook 14's first cell does the same)."""
+    setup = next(c for c in _cells(ROOT / folder / "14_flash_triton.ipynb") if c["id"] == "setup")
+    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # `import triton` fails as where it is missing
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the cell sets it; the test leaves the environment as it was
+    with pytest.raises(RuntimeError, match="Linux only") as raised:
+        exec(compile("".join(setup["source"]), "<setup>", "exec"), {"__name__": "__main__"})
+    assert "WSL" in str(raised.value) and "只提供 Linux" in str(raised.value) and raised.value.__cause__ is None
 
 
 FLASH = ROOT / "exercises" / "14_flash_triton.ipynb"

@@ -6,9 +6,8 @@ import torch
 
 import course_utils as cu
 from course_utils.grade import check, grade_class
-from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import IDS, get
-from course_utils.grade.protocol import Graded, run_in_process
+from course_utils.grade.protocol import Graded, run_in_process, verdict
 from tests.conftest import grade, load
 from tests.grader_cases.implementations import ALTERNATIVES, MUTANTS, REFERENCE, mutate
 

@@ -1,5 +1,5 @@
 """diagnose on its own: outputs compared with the reference name what differs, and outputs a mistake computes are
-named as that mistake, straight from records (no learner code runs here)."""
+named as that mistake, straight from records (no learner code runs here), the exercise's kind passed in."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def records_of(exercise: str, cases: list, variant) -> list:
 def test_the_reference_passes_and_each_mistake_is_named(exercise):
     ex = get(exercise)
     cases = ex.make_cases(seed=1)
-    passed = diagnose.verdict(exercise, records_of(exercise, cases, ex.correct), cases)
-    assert passed and passed.checks_passed == passed.checks_total == diagnose.total_checks(cases)
+    passed = diagnose.judge(ex, ex.how, records_of(exercise, cases, ex.correct), cases)
+    assert passed and passed.checks_passed == passed.checks_total == len(cases) + 1
     for mutant in ex.mutants():
-        result = diagnose.verdict(exercise, records_of(exercise, cases, mutant.variant), cases)
+        result = diagnose.judge(ex, ex.how, records_of(exercise, cases, mutant.variant), cases)
         assert not result and result.diagnosis == mutant.key, (mutant.key, result.diagnosis, str(result))
 
 
@@ -45,7 +45,7 @@ def test_a_stub_is_not_implemented():
     stub = {"type": "NotImplementedError", "message": "", "line": None, "where": "forward", "step": 1}
     stub.update(not_implemented=True, contract=False)
     records = [{"case": c.name, "error": stub, "outputs": {}, "calls": []} for c in cases]
-    result = diagnose.verdict("self_attention", records, cases)
+    result = diagnose.judge(ex, ex.how, records, cases)
     assert result.diagnosis == diagnose.NOT_IMPLEMENTED and result.score == 0.0
 
 

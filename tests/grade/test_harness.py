@@ -1,5 +1,5 @@
-"""The sandbox's harness on its own, without the sandbox: the files the jail mounts, run as the child runs them
-(python harness.py, the plan on stdin, the result on a pipe) on a tiny plan, and run in-process on the same plan."""
+"""The sandbox's harness on its own, without the sandbox: the package the jail mounts, run as the child runs it
+(its main, the plan on stdin, the result on a pipe) on a tiny plan, and run in-process on the same plan."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import sys
 import torch
 
 from course_utils.grade import jail
-from course_utils.grade.diagnose import verdict
-from course_utils.grade.protocol import Graded
+from course_utils.grade.protocol import Graded, verdict
 from course_utils.grade.sandbox import running
 from tests.grader_cases.implementations import REFERENCE, STUB_FORWARD
 
@@ -20,7 +19,7 @@ EXERCISE = "self_attention"
 
 
 def child(tmp_path, cells: list[str], graded: Graded) -> dict:
-    """The child's result for ``cells``: harness.py run from the mounted tree, unsandboxed."""
+    """The child's result for ``cells``: the harness run from the mounted tree, unsandboxed, as the jail runs it."""
     lib = jail.build_lib(tmp_path / "lib")
     plan = {
         "cell_timeout": 60.0,
@@ -31,7 +30,7 @@ def child(tmp_path, cells: list[str], graded: Graded) -> dict:
     torch.save(plan, buffer)
     read, write = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-E", "-s", str(lib / "harness.py"), "-", str(write)],
+        [sys.executable, *jail.child(str(lib), write)],
         cwd=tmp_path,
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,

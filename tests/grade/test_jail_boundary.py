@@ -1,6 +1,7 @@
 """The answer boundary is a folder boundary: what a submission's sandbox mounts is derived from course_utils'
-folders (the top-level modules, never reference/, capstone/ or grade/, except reference/ and capstone/ where the
-capstone's function is graded alone), and the in-process check counts a call into any module of reference/."""
+folders (the sandbox package, the top-level modules, never reference/, capstone/ or grade/, except reference/ and
+capstone/ where the capstone's function is graded alone: its kind's mounts), and the in-process check counts a call
+into any module of reference/."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import course_utils
 from course_utils.grade import jail, records, runner
+from course_utils.grade.exercises import get
 
 COURSE = Path(course_utils.__file__).resolve().parent
 SANDBOX = COURSE / "grade" / "sandbox"
@@ -22,15 +24,16 @@ def test_the_mounted_tree_is_the_sandbox_folder_and_the_toolbox(tmp_path):
     lib = jail.build_lib(tmp_path / "lib")
     toolbox = {f"course_utils/{p.name}" for p in COURSE.glob("*.py") if p.name != "__init__.py"}
     site = {f"course_utils/{f}" for f in files(SANDBOX / "learner_site" / "course_utils") if "__pycache__" not in f}
-    own = {f for f in files(SANDBOX) if not f.startswith("learner_site") and "__pycache__" not in f}
+    own = {f"sandbox/{f}" for f in files(SANDBOX) if not f.startswith("learner_site") and "__pycache__" not in f}
     assert files(lib) == own | site | toolbox
-    assert "jail.py" not in own  # the parent's process control is not mounted
+    assert "sandbox/jail.py" not in own  # the parent's process control is not mounted
     for answer in ("reference", "capstone", "grade/"):
         assert not any(f.startswith(f"course_utils/{answer}") for f in files(lib)), answer
 
 
 def test_the_capstones_sandbox_adds_the_model_and_withholds_the_scores(tmp_path):
-    lib = jail.build_lib(tmp_path / "lib", with_model=True)
+    capstone = get("induction_head")
+    lib = jail.build_lib(tmp_path / "lib", *capstone.how.mounts(capstone))
     mounted = files(lib)
     for package in ("reference", "capstone"):
         expected = {

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade import batch, escape, jail, limits, names, points, runner, source
-from course_utils.grade.diagnose import failure
-from course_utils.grade.messages import Msg
 from course_utils.grade.progress import Progress
-from tests.conftest import run_grader
+from course_utils.grade.protocol import failure
+from tests.conftest import run_grader, said
 from tests.grader_cases.implementations import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,9 +153,9 @@ def test_the_graders_own_start_up_is_not_the_submissions_time(tmp_path, monkeypa
     # machine) still grades a quick correct submission; the budget counts from the harness saying it is ready
     build = jail.build_lib
 
-    def slow_start(dest, with_model=False):
-        lib = build(dest, with_model)
-        harness = lib / "harness.py"
+    def slow_start(dest, *args, **kwargs):
+        lib = build(dest, *args, **kwargs)
+        harness = lib / "sandbox" / "harness.py"
         harness.chmod(0o644)
         harness.write_text(
             harness.read_text().replace("\nimport torch\n", "\nimport torch\nimport time\ntime.sleep(4)\n", 1)
@@ -255,7 +254,7 @@ def test_the_grader_failing_on_one_file_is_that_files_row(tmp_path, monkeypatch)
     def fail_on_a(path, *args, **kw):
         if path.name == "a.py":
             raise MemoryError("the parent ran out")
-        return runner.SubmissionReport(str(path), error=Msg("run.no_exercise"))
+        return runner.SubmissionReport(str(path), error=said("run.no_exercise"))
 
     monkeypatch.setattr(batch, "grade_file", fail_on_a)
     graded, skipped, failed = batch.grade_folder(subs, tmp_path / "g", exercises=["mha"], trusted=True, lang="en")
@@ -339,7 +338,7 @@ def test_csv_cells_never_start_a_formula(cell):
 
 
 def test_progress_on_a_log_and_on_a_terminal():
-    report = runner.SubmissionReport("x.py", error=Msg("source.empty"))
+    report = runner.SubmissionReport("x.py", error=said("source.empty"))
     log = io.StringIO()
     Progress("en", log, tty=False)(1, 2, "\x1b[31mx.py", report)
     assert log.getvalue().startswith("[1/2] \\x1b[31mx.py: the file is empty")

@@ -14,13 +14,14 @@ import course_utils as cu
 from course_utils.grade import __main__ as cli
 from course_utils.grade import batch, check, check_answers, diagnose, grade_class, jail, messages, runner
 from course_utils.grade.child import from_child
-from course_utils.grade.diagnose import verdict
-from course_utils.grade.exercises import EXERCISES, get, induction_head
-from course_utils.grade.messages import CATALOGUE, JOINS, Msg
+from course_utils.grade.exercises import EXERCISES, get
+from course_utils.grade.messages import JOINS, Msg
+from course_utils.grade.protocol import verdict
 from course_utils.grade.sandbox import texts
 from course_utils.grade.types import Mutant
-from tests.conftest import run_grader
-from tests.grader_cases import capstone, dialects
+from tests.conftest import grader_texts, run_grader, said
+from tests.grader_cases import dialects
+from tests.grader_cases import induction_head as capstone
 from tests.grader_cases.implementations import ALTERNATIVES, REFERENCE, STUB_FORWARD, mutate
 
 GRADED_ON_CASES = tuple(ex.id for ex in EXERCISES.values() if ex.kind != "model")  # the capstone: on models
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # English texts that name a Chinese term on purpose (the interview mode's name, the capstone's heads)
 ENGLISH_WITH_CHINESE = {"refused.forbidden", "mutant.previous_token_head"}
+FULL_WIDTH = re.compile(r"[\uff08\uff09\uff0c\uff1a\uff1b\u3001]")  # （）、，：；
 
 
 UNMAPPABLE = (
@@ -57,21 +59,30 @@ def fields(template: str) -> set:
 
 
 def test_every_text_has_chinese():
+    tables = grader_texts()
+    assert {
+        "course_utils.grade.messages",
+        "course_utils.grade.sandbox.texts",
+        "course_utils.grade.kinds.module",
+    } <= set(tables) and all(get(ex).home in tables for ex in EXERCISES)
     missing = sorted(
-        key
-        for key, (en, zh) in CATALOGUE.items()
-        if key not in JOINS and key not in messages.FRAMES and not CJK.search(zh)
+        f"{home}: {key}"
+        for home, table in tables.items()
+        for key, (en, zh) in table.items()
+        if key not in JOINS and not CJK.search(zh) and not frame(en, zh)
     )
     assert not missing, f"texts without Chinese: {missing}"
-    for key in messages.FRAMES | set(JOINS):  # a frame's Chinese is its full-width punctuation
-        en, zh = CATALOGUE[key]
-        assert zh and zh != en and not CJK.search(zh), key
-    assert set(texts.TEXTS) <= set(messages.CHILD_ZH) <= set(texts.TEXTS), "the child's texts and their Chinese"
-    for key, (en, zh) in CATALOGUE.items():
-        extra = fields(zh) - fields(en) - ({"n"} if key == "label.step" else set())
-        assert not extra, f"{key}: the Chinese uses {extra}, which the English does not have"
-        if key not in ENGLISH_WITH_CHINESE and not key.startswith("case:"):
-            assert not CJK.search(en), f"{key}: Chinese in the English text"
+    for home, table in tables.items():
+        for key, (en, zh) in table.items():
+            extra = fields(zh) - fields(en) - ({"n"} if key == "label.step" else set())
+            assert not extra, f"{home}: {key}: the Chinese uses {extra}, which the English does not have"
+            if key not in ENGLISH_WITH_CHINESE and not key.startswith("case:"):
+                assert not CJK.search(en), f"{home}: {key}: Chinese in the English text"
+
+
+def frame(en: str, zh: str) -> bool:
+    """A text that is only a frame around its parts (placeholders, code): its Chinese is its full-width punctuation."""
+    return bool(zh) and zh != en and bool(FULL_WIDTH.search(zh))
 
 
 def every_mutant():
@@ -80,8 +91,10 @@ def every_mutant():
         for ex in GRADED_ON_CASES
         for m in get(ex).mutants() + diagnose.mutant_pairs(get(ex).mutants(), get(ex).correct)
     ]
-    found += [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
-    return found + list(induction_head.MUTANTS)
+    found += [
+        Mutant(m.key, m.message, None) for ex in EXERCISES for m in get(ex).how.mistakes + diagnose.VERDICT_MISTAKES
+    ]
+    return found + get("induction_head").mutants()
 
 
 def test_every_mistake_has_chinese():
@@ -103,10 +116,9 @@ def test_every_mistake_has_chinese():
 
 
 def test_every_case_has_a_chinese_title():
-    names = {c.name for ex in GRADED_ON_CASES for c in get(ex).make_cases(seed=0)}
-    names |= {c.name for c in get("mha_interview").make_square_cases(seed=0)}
-    names |= {c.name for c in induction_head.make_cases("induction_head")}
-    missing = sorted(name for name in names if not isinstance(messages.case_title(name), Msg))
+    names = {(ex, c.name) for ex in EXERCISES for c in get(ex).make_cases(seed=0)}
+    names |= {("mha_interview", c.name) for c in get("mha_interview").make_square_cases(seed=0)}
+    missing = sorted(name for ex, name in names if not isinstance(get(ex).title(name), Msg))
     assert not missing, f"cases without a Chinese title: {missing}"
 
 
@@ -118,29 +130,38 @@ def test_chinese_spacing_and_english_value():
         Msg("compare.differs", label=Msg("label.out"), diff=2.5).render("zh")
         == "输出与参考实现不一致（最大绝对误差 2.5）"
     )
-    step = Msg("label.step", step="step2", what=Msg("label.keys"))
+    step = Msg("label.step", step="step2", what=said("label.keys"))
     assert step == "step2: present keys" and step.render("zh") == "第 2 次调用的 present 中的键"
     with pytest.raises(ValueError, match="unknown language"):
         m.render("fr")
 
 
-def test_the_child_says_keys_and_never_sees_the_catalogue(tmp_path):
+def test_the_child_says_keys_and_never_sees_the_grader(tmp_path):
     lib = jail.build_lib(tmp_path / "lib")
-    shipped = {p.name for p in lib.iterdir()}
-    assert {"harness.py", "dialects.py", "ranks.py", "texts.py"} <= shipped and "messages.py" not in shipped
-    child_code = "".join(path.read_text(encoding="utf-8") for path in lib.glob("*.py"))
-    assert not CJK.search(child_code) and not re.search(r"^\s*(from|import) .*messages", child_code, re.M)
+    shipped = {p.name for p in (lib / "sandbox").iterdir()}
+    assert {"harness.py", "dialects.py", "texts.py", "kinds"} <= shipped and "messages.py" not in shipped
+    child_code = "".join(path.read_text(encoding="utf-8") for path in (lib / "sandbox").rglob("*.py"))
+    assert not re.search(r"^\s*(from|import) .*messages", child_code, re.M)
     # what comes back is only trusted when it is made of the child's own keys and says what the child said
+    for home, table in grader_texts().items():  # every text of every module of the sandbox comes back as itself
+        if home.startswith(texts.PACKAGE + "."):
+            for key, (en, _) in table.items():
+                form = {"home": home[len(texts.PACKAGE) + 1 :], "key": key, "args": {f: "x" for f in fields(en)}}
+                back = from_child(form, texts.english(form))
+                assert isinstance(back, Msg) and (back.home, back.key) == (home, key), (home, key)
     said = texts.said("no_class", name="GroupedQueryAttention")
     assert from_child(said, "no class GroupedQueryAttention found").render("zh") == "没有找到类 GroupedQueryAttention"
     assert from_child(said, "something else") == "something else" and not isinstance(from_child(said, "x"), Msg)
     for forged in (
-        {"key": "mutant.scale_d_out", "args": {}},
-        {"key": "no_class", "args": {"name": 3}},
-        {"key": "no_class", "args": {}},
-        {"key": "no_class", "args": {"name": "X"}, "extra": 1},
+        {"home": "texts", "key": "mutant.scale_d_out", "args": {}},  # not a text of the child's
+        {"home": "../messages", "key": "result.passed", "args": {}},  # nor of a module outside the sandbox
+        {"home": "harness", "key": "no_class", "args": {"name": "X"}},  # a module without texts
+        {"key": "no_class", "args": {"name": "X"}},
+        {"home": "texts", "key": "no_class", "args": {"name": 3}},
+        {"home": "texts", "key": "no_class", "args": {}},
+        {"home": "texts", "key": "no_class", "args": {"name": "X"}, "extra": 1},
         "text",
-        {"key": "list.semicolon", "args": {"items": [said] * 1000}},
+        {"home": "texts", "key": "list.semicolon", "args": {"items": [said] * 1000}},
     ):
         assert not isinstance(from_child(forged, texts.english(said)), Msg), forged
 

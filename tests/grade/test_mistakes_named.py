@@ -17,6 +17,7 @@ from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import get
 from course_utils.grade.messages import Msg
 from course_utils.grade.questions import QUESTIONS, grade_answer
+from tests.conftest import said
 from tests.grader_cases.beyond import MUTANTS as BEYOND_MUTANTS
 from tests.grader_cases.implementations import REFERENCE as BOOK
 from tests.grader_cases.implementations import mutate
@@ -59,7 +60,7 @@ def test_each_mistake_gets_its_own_diagnosis(case_id, exercise, src, key, text):
     result = graded(exercise, src)
     en, zh = reports(result)
     assert not result and result.diagnosis == key, en
-    message = Msg("mutant." + text)
+    message = said("mutant." + text)
     assert result.summary.endswith(message), en  # its own text, first: not another mistake's, not a pair
     assert message.render("zh") in zh and CJK.search(message.render("zh"))
     assert "match no known mistake" not in en
@@ -67,8 +68,8 @@ def test_each_mistake_gets_its_own_diagnosis(case_id, exercise, src, key, text):
 
 def test_the_new_texts_differ_from_each_other():
     texts = {text for _, _, _, _, text in CASES}
-    english = {str(Msg("mutant." + t)) for t in texts}
-    chinese = {Msg("mutant." + t).render("zh") for t in texts}
+    english = {str(said("mutant." + t)) for t in texts}
+    chinese = {said("mutant." + t).render("zh") for t in texts}
     assert len(english) == len(chinese) == len(texts)
 
 
@@ -76,7 +77,7 @@ def test_dim1_is_the_keys_on_unbatched_scores_and_named_only_where_it_is_wrong()
     """Exercise 1 has an unbatched case, where a fixed dim=1 is right: that case passes and the others name it."""
     result = graded("self_attention", SOURCES["self_attention-dim1"][1])
     assert 0 < result.checks_passed < result.checks_total
-    assert "unbatched" in str(Msg("mutant.softmax_fixed_dim1"))
+    assert "unbatched" in str(said("mutant.softmax_fixed_dim1"))
 
 
 # ------------------------------------------------------------------------------------------------ message hygiene
@@ -173,10 +174,10 @@ def test_the_decoding_follow_up_is_unambiguous():
     assert "'parameters'（模型的权重矩阵）" in question.text.render("zh")
     for value in ("parameters", "weights", "model weights", "The model's weights"):
         result = grade_answer("grows_with_context", value)
-        assert not result and result.messages[0] == Msg("q.grows_with_context.weights"), value
+        assert not result and result.messages[0] == said("q.grows_with_context.weights"), value
     for value in ("attention weights", "Attention scores"):
         result = grade_answer("grows_with_context", value)
-        assert not result and result.messages[0] == Msg("q.grows_with_context.attention_weights"), value
+        assert not result and result.messages[0] == said("q.grows_with_context.attention_weights"), value
     assert grade_answer("grows_with_context", "keys and values")
 
 

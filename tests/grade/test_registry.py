@@ -13,7 +13,7 @@ import pytest
 from course_utils.grade import diagnose
 from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import EXERCISES, IDS, get
-from course_utils.grade.registry import KINDS
+from course_utils.grade.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 

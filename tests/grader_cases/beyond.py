@@ -332,3 +332,9 @@ DROPOUT = [
     ("mla", "dropout_in_eval", _dropout_moved("mla", _NO_DROPOUT, _NO_DROPOUT.replace(
         "dim=-1)", "dim=-1)\n        w = F.dropout(w, self.dropout.p)"))),
 ]
+
+
+# --- the fixtures of exercises 08-10, in the contract test's one shape (tests/grade/exercises/fixtures.py) -----
+
+FIXTURES = {ex: {"reference": REFERENCE[ex], "alternatives": ALTERNATIVES[ex], "mutants": MUTANTS[ex]} for ex in REFERENCE}
+FIXTURES["online_softmax"]["stubs"] = {"function": STUB_FUNCTION}

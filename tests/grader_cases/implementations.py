@@ -6,6 +6,8 @@ alternative correct implementations, stubs, and misconception mutants as line ed
 
 import re
 
+from tests.grader_cases.interview_dialects import DIALECTS as _DIALECTS
+
 HEADER = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
 
 SELF_ATTENTION = (
@@ -510,3 +512,14 @@ MUTANTS = {
         ("mask_inverted", {"FILL": "scores = scores.masked_fill(self.mask[:n, :n] == 0, -torch.inf)"}),
     ],
 }
+
+
+# --- the fixtures of exercises 01-07, in the contract test's one shape (tests/grade/exercises/fixtures.py) -----
+# (their stubs are the module kind's: a class whose forward, or whose constructor, raises NotImplementedError)
+
+FIXTURES = {
+    ex: {"reference": REFERENCE[ex], "alternatives": ALTERNATIVES[ex], "mutants": MUTANTS[ex], "min_alternatives": 3}
+    for ex in REFERENCE
+}
+# interview mode's learner answers in a candidate's own dialect (tests/exercises/test_as_learner.py)
+FIXTURES["mha_interview"]["as_learner"] = _DIALECTS["causal_self_attention"][0]

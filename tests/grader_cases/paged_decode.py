@@ -302,3 +302,7 @@ MERGED_BY_LENGTH_INLINE = REFERENCE.replace(
 )
 assert MERGED_BY_LENGTH_INLINE != REFERENCE
 MUTANTS.append(("merge_weighted_by_length", MERGED_BY_LENGTH_INLINE))
+
+# --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
+
+FIXTURES = {"paged_decode": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "stubs": {"stub": STUB}, "mutants": MUTANTS}}

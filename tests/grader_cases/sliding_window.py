@@ -472,3 +472,9 @@ LONG_CONTEXT_KEYS = {
 
 def mutant_source(edits) -> str:
     return edits if isinstance(edits, str) else mutate(REFERENCE, edits)
+
+
+# --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
+
+FIXTURES = {"sliding_window": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "mutants": MUTANTS,
+                               "min_alternatives": 3}}

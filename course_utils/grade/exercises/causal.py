@@ -16,9 +16,9 @@ from ..heads import (
     make_case,
     training_case,
 )
+from ..kinds.module import Case
 from ..kit import M_SOFTMAX_BATCH, M_SOFTMAX_QUERIES, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "single_head"
 
@@ -108,7 +108,7 @@ EXERCISE = Exercise(
     order=2,
     notebook="02_causal_attention",
     points=2,
-    kind="class",
+    kind="module",
     contract="CausalAttention",
     args=("d_in", "d_out", "context_length", "dropout", "qkv_bias"),
     cases=cases,

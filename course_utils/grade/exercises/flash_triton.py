@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.function import Call
 from ..kit import Mistake, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
 
 PAD_ROWS = 128  # rows of NaN past each sequence's end: more than any block a learner may choose reads
 
@@ -278,7 +279,7 @@ def flash_case(
     else:  # the last query's largest score is its last key's (3 sqrt(d), the others about 1): likewise
         k[:, :, seq_len - 1] = 3.0 * q[:, :, seq_len - 1]
     args = (q, k, v, causal, block_m, block_n)
-    call = Call(q, seed=draw_seed(g), args=args)
+    call = Call(args, seed=draw_seed(g))
     # scores in the hundreds carry float32 rounding errors of ~1e-4 that the kernel's and the replay's products
     # place differently: their cases get the looser tolerance of every "scores in the hundreds" case of the course
     tol = (2e-3, 2e-4) if negative or later else (2e-4, 2e-5)
@@ -287,7 +288,6 @@ def flash_case(
         {"causal": causal, "block_m": block_m, "block_n": block_n},
         {},
         [call],
-        kind="function",
         meta={"tol": tol},
     )
 
@@ -393,7 +393,7 @@ EXERCISE = Exercise(
     order=14,
     notebook="14_flash_triton",
     points=3,
-    kind="function",
+    kind="kernel",
     contract="flash_attention",
     args=("q", "k", "v", "causal", "block_m", "block_n"),
     cases=cases,

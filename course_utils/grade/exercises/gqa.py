@@ -17,9 +17,9 @@ from ..heads import (
     scale_softmax_mutants,
     training_case,
 )
+from ..kinds.module import Case
 from ..kit import Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "heads"
 
@@ -157,7 +157,7 @@ EXERCISE = Exercise(
     order=7,
     notebook="06_gqa",
     points=3,
-    kind="class",
+    kind="module",
     contract="GroupedQueryAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_groups", "qkv_bias"),
     cases=cases,

@@ -1,6 +1,5 @@
 """Exercise 11 (the capstone): the learner writes a *function*, not a module, and the grader calls it on models it
-builds itself (kind "model": this module is the exercise's ``model``, with make_cases, grade_function,
-grade_answers and failure).
+builds itself (the model kind: ``kinds/model.py``).
 
 ``induction_head``: ``find_induction_head(model) -> (layer, head)`` for a ``course_utils.gpt.GPT`` trained on the
 induction task. The grader builds each case from the committed checkpoint (``make train``) by transformations that
@@ -11,34 +10,23 @@ the construction, and a different ``seed`` gives different (secret) cases. After
 every trained layer gets the largest weights (``_plant_decoy``), so that the weight norms point elsewhere, as
 the checkpoint's recorded scores do once the heads moved: only what the heads do finds the answer.
 
-Records and the verdict follow ``protocol``/``diagnose``: ``run_function`` returns plain data (it also runs in the
-sandboxed child), ``grade_answers`` names the misconception whose answers the learner's reproduce on every case.
+Its mistakes are answers: each names the (layer, head) a misconception gives on a case (its mutant's variant), and
+the verdict names the one whose answers the learner's reproduce on every case. The course's own head scoring is
+withheld while a submission is graded.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from ...capstone import induction
 from ...capstone.gpt import GPT
 from ...capstone.induction import checkpoint_path, head_scores, make_batch
-from ..kit import case_titles
-from ..messages import Msg, case_title
-from ..records import CallRecorder, with_texts
+from ..kit import Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..sandbox.errors import describe_exception
-from ..sandbox.model_exercise import layer_head_answer
-from ..types import Result
+from ..types import Mutant
 
-EXERCISES = ("induction_head",)
-CONTRACT_FUNCTION = {"induction_head": "find_induction_head"}
-NOT_IMPLEMENTED = "not_implemented"
 DEFAULT_SEED = 0
 
 
@@ -176,16 +164,13 @@ _LAYOUTS = [
 ]
 
 
-def make_cases(exercise: str = "induction_head", seed: int | None = None) -> list[ModelCase]:
+def make_cases(seed: int | None = None) -> list[ModelCase]:
     """The graded models for ``seed`` (default ``DEFAULT_SEED``): deterministic for a seed, different across
     seeds. The first case keeps the checkpoint's own head order."""
-    if exercise not in EXERCISES:
-        raise ValueError(f"unknown function exercise {exercise!r}; known: {', '.join(EXERCISES)}")
     seed = DEFAULT_SEED if seed is None else seed
-    key = (exercise, seed)
-    if key not in _CASES:
-        _CASES[key] = _make_cases(seed)
-    return _CASES[key]
+    if seed not in _CASES:
+        _CASES[seed] = _make_cases(seed)
+    return _CASES[seed]
 
 
 _CASES: dict = {}
@@ -245,17 +230,12 @@ def _reference_heads(checkpoint: dict) -> tuple[tuple, tuple]:
     )
 
 
-# ------------------------------------------------------------------------------------ misconceptions
+# ------------------------------------------------------------------------------------ the answer and the mistakes
 
 
-@dataclass(frozen=True)
-class FunctionMutant:
-    key: str  # its text: TEXTS' mutant.<key>
-    matches: Callable[[ModelCase, tuple | None], bool]  # (layer, head) or None: the answer this mistake gives
-
-    @property
-    def message(self) -> Msg:
-        return Msg("mutant." + self.key)
+def expected(case: ModelCase, variant: None = None) -> tuple:
+    """The answer on ``case``: where its induction head is."""
+    return case.induction
 
 
 def _exactly(answer_of):
@@ -270,163 +250,35 @@ def _last_layer(case, answer):
     return answer is not None and answer[0] == n_layers - 1
 
 
-MUTANTS = [
-    FunctionMutant("previous_token_head", _exactly(lambda c: c.previous_token)),
-    FunctionMutant("layer_one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
-    FunctionMutant("one_based", _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
-    FunctionMutant(
-        "flat_index_unravelled",
-        _exactly(
-            lambda c: divmod(
-                c.induction[0] * c.state["config"]["n_heads"] + c.induction[1], c.state["config"]["n_layers"]
-            )
-        ),
-    ),
-    FunctionMutant("last_layer_assumed", _last_layer),
-    FunctionMutant("largest_weight_norm", lambda case, answer: answer in case.meta["norm_heads"]),
-    FunctionMutant("checkpoint_metadata", lambda case, answer: answer is not None and answer == case.meta["recorded"]),
-]
+M_PREVIOUS = Mistake("previous_token_head")
+M_LAYER_ONE_BASED = Mistake("layer_one_based")
+M_ONE_BASED = Mistake("one_based")
+M_UNRAVELLED = Mistake("flat_index_unravelled")
+M_LAST_LAYER = Mistake("last_layer_assumed")
+M_NORM = Mistake("largest_weight_norm")
+M_METADATA = Mistake("checkpoint_metadata")
 
 
-# ------------------------------------------------------------------------------------ running and judging
+def _unravelled(c):
+    return divmod(c.induction[0] * c.state["config"]["n_heads"] + c.induction[1], c.state["config"]["n_layers"])
 
 
-class _ReferenceCalls(CallRecorder):
-    """Records calls into course_utils.induction's scoring while the learner's function runs."""
-
-    def __init__(self):
-        super().__init__()
-        # unwrap: @torch.no_grad() wraps the function in a generic decorator whose code every wrapped function shares
-        self.codes = {inspect.unwrap(induction.head_scores).__code__: "course_utils.induction.head_scores"}
-
-    def _profile(self, frame, event, arg):
-        if event == "call" and frame.f_code in self.codes:
-            self.calls.add(self.codes[frame.f_code])
-
-
-def run_function(exercise: str, fn, learner_files: set | None = None, seed: int | None = None) -> list[dict]:
-    """Call ``fn`` on every case's model (a fresh copy each time); plain records, never raises for learner bugs."""
-    records = []
-    for case in make_cases(exercise, seed):
-        record: dict[str, Any] = {"case": case.name, "error": None, "answer": None, "calls": []}
-        recorder = _ReferenceCalls()
-        try:
-            torch.manual_seed(0)
-            with recorder, torch.no_grad():
-                record["answer"] = layer_head_answer(fn(case.build()))
-        except Exception as exc:  # noqa: BLE001 - any learner error becomes a message
-            error = describe_exception(exc, learner_files, "call")
-            record["error"] = with_texts(error, error)
-        record["calls"] = sorted(recorder.calls)
-        records.append(record)
-    return records
-
-
-def not_implemented(exercise: str, defined: bool = True) -> Result:
-    message = Msg(
-        "not_implemented.write" if defined else "not_implemented.define_function", name=CONTRACT_FUNCTION[exercise]
-    )
-    return Result(exercise, False, 0.0, 0, total_checks(exercise), NOT_IMPLEMENTED, [message])
-
-
-def total_checks(exercise: str, seed: int | None = None) -> int:
-    return len(make_cases(exercise, seed))
-
-
-def _pair(answer):
-    return None if answer is None or isinstance(answer, str) else tuple(answer)
-
-
-def grade_answers(exercise: str, records: list, cases: list, refusals: list | None = None) -> Result:
-    """The capstone's verdict (``diagnose.verdict`` for this exercise): one check per case, the learner's (layer,
-    head) is the induction head of the case's model. A wrong answer is named when it matches a known misconception
-    on every case."""
-    total = len(cases)
-    refusals = list(refusals or [])
-    refusals += [Msg("refusal.course_scoring", call=call) for r in records for call in r.get("calls", [])]
-    if refusals:
-        refusals = list(dict.fromkeys(refusals))
-        return Result(
-            exercise, False, 0.0, 0, total, "delegates", [Msg("refused.capstone", first=refusals[0])] + refusals[1:]
-        )
-    errors = [r["error"] for r in records if r["error"] is not None]
-    if any(e["not_implemented"] for e in errors):
-        return not_implemented(exercise)
-    reasons = []
-    for case, rec in zip(cases, records, strict=False):
-        if rec["error"] is not None:
-            e = rec["error"]
-            reasons.append(
-                (
-                    case.name,
-                    Msg("error.plain_line", type=e["type"], message=e["message"], line=e["line"])
-                    if e["line"]
-                    else Msg("error.plain", type=e["type"], message=e["message"]),
-                )
-            )
-        elif isinstance(rec["answer"], str):
-            reasons.append((case.name, Msg("capstone.not_a_pair", answer=rec["answer"])))
-        elif _pair(rec["answer"]) != case.induction:
-            reasons.append((case.name, Msg("capstone.not_induction", answer=str(_pair(rec["answer"])))))
-    passed = total - len(reasons)
-    if not reasons:
-        return Result(exercise, True, 1.0, total, total, None, [])
-    score = round(passed / total, 3)
-    details = [Msg("detail.case", case=case_title(name), why=why) for name, why in reasons]
-    answers = [_pair(r["answer"]) if r["error"] is None else None for r in records]
-    for mutant in MUTANTS:
-        if all(mutant.matches(c, a) for a, c in zip(answers, cases, strict=False)):
-            return Result(exercise, False, score, passed, total, mutant.key, [mutant.message] + details)
-    if errors:
-        return Result(exercise, False, score, passed, total, "exception", [details[0]] + details[1:])
-    if any(isinstance(r["answer"], str) for r in records):
-        return Result(exercise, False, score, passed, total, "contract", [Msg("capstone.contract")] + details)
-    return Result(exercise, False, score, passed, total, "wrong_head", [Msg("capstone.wrong_head")] + details)
-
-
-def failure(exercise: str, key: str, message: str, seed: int | None = None) -> Result:
-    """A result for a submission whose function could not be run at all (timeout, crash, missing function)."""
-    return Result(exercise, False, 0.0, 0, total_checks(exercise, seed), key, [message])
-
-
-def grade_function(
-    exercise: str, fn, learner_files: set | None = None, refusals: list | None = None, seed: int | None = None
-) -> Result:
-    """Grade the learner's function in this process (the self-check cell); never raises for learner bugs."""
-    if exercise not in EXERCISES:
-        raise ValueError(f"unknown function exercise {exercise!r}; known: {', '.join(EXERCISES)}")
-    if fn is None:
-        return not_implemented(exercise, defined=False)
-    if not callable(fn):
-        return Result(
-            exercise,
-            False,
-            0.0,
-            0,
-            total_checks(exercise, seed),
-            "contract",
-            [Msg("capstone.not_a_function", name=CONTRACT_FUNCTION[exercise], type=type(fn).__name__)],
-        )
-    return grade_answers(
-        exercise, run_function(exercise, fn, learner_files, seed), make_cases(exercise, seed), refusals
-    )
+def mutants() -> list[Mutant]:
+    """Each mistake with the answer it gives on a case (variant(case, answer) -> whether it is that answer)."""
+    return [
+        mutant(M_PREVIOUS, _exactly(lambda c: c.previous_token)),
+        mutant(M_LAYER_ONE_BASED, _exactly(lambda c: (c.induction[0] + 1, c.induction[1]))),
+        mutant(M_ONE_BASED, _exactly(lambda c: (c.induction[0] + 1, c.induction[1] + 1))),
+        mutant(M_UNRAVELLED, _exactly(_unravelled)),
+        mutant(M_LAST_LAYER, _last_layer),
+        mutant(M_NORM, lambda case, answer: answer in case.meta["norm_heads"]),
+        mutant(M_METADATA, lambda case, answer: answer is not None and answer == case.meta["recorded"]),
+    ]
 
 
 TEXTS: dict[str, tuple[str, str]] = {
-    "capstone.not_a_pair": (
-        "returned {answer}; the contract is a tuple (layer, head) of ints",
-        "返回了 {answer}；接口约定要求返回由整数组成的元组 (layer, head)",
-    ),
-    "capstone.not_induction": ("returned {answer}, which is not the induction head", "返回了 {answer}，这不是归纳头"),
-    "capstone.contract": (
-        "contract: return a tuple (layer, head) of ints",
-        "接口约定：返回由整数组成的元组 (layer, head)",
-    ),
-    "capstone.not_a_function": (
-        "contract: {name} must be a function, got {type}",
-        "接口约定：{name} 必须是函数，你给的是 {type}",
-    ),
-    "capstone.wrong_head": (
+    "answer.wrong": ("returned {answer}, which is not the induction head", "返回了 {answer}，这不是归纳头"),
+    "answer.unexplained": (
         "not the induction head, and no known mistake explains the answers: score every head of "
         "every layer on repeated random tokens, as the notebook does",
         "找到的不是归纳头，也没有哪种已知的常见错误能解释这些答案：像笔记本里那样，在重复的随机 "
@@ -491,6 +343,10 @@ EXERCISE = Exercise(
     notebook="11_induction_head",
     points=3,
     kind="model",
-    contract=CONTRACT_FUNCTION["induction_head"],
-    model=sys.modules[__name__],
+    contract="find_induction_head",
+    cases=make_cases,
+    expected=expected,
+    mutants=mutants,
+    imports=("gpt", "induction"),  # the course's GPT and its induction task; their scoring is withheld
+    withheld={"capstone/induction.py": {"head_scores": "compute the scores yourself"}},
 )

@@ -18,9 +18,9 @@ from ..heads import (
     make_case,
     training_case,
 )
+from ..kinds.module import Case
 from ..kit import M_IGNORES_PAST, M_SOFTMAX_BATCH, M_SOFTMAX_HEADS, M_SOFTMAX_QUERIES, Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "cached"
 
@@ -180,7 +180,7 @@ EXERCISE = Exercise(
     order=6,
     notebook="05_kv_cache",
     points=3,
-    kind="class",
+    kind="module",
     contract="CachedMultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,

@@ -18,9 +18,9 @@ from ..heads import (
     scale_softmax_mutants,
     training_case,
 )
+from ..kinds.module import Case
 from ..kit import case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "heads"
 
@@ -116,7 +116,7 @@ EXERCISE = Exercise(
     order=4,
     notebook="04_multihead_attention",
     points=3,
-    kind="class",
+    kind="module",
     contract="MultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..heads import CAUSAL, expected_for, gradients_case, large_scores_case, make_case, training_case
+from ..kinds.module import Case
 from ..kit import Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 from . import mha
 from .mha import FORM, cases
 
@@ -124,7 +124,7 @@ EXERCISE = Exercise(
     order=5,
     notebook="07_interview_mha",
     points=5,
-    kind="class",
+    kind="module",
     contract="MultiHeadAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,

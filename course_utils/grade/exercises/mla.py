@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..heads import TRAINING, visible_dropout_case
+from ..kinds.module import Case
 from ..kit import (
     M_IGNORES_PAST,
     M_ROPE_EXPONENT,
@@ -31,7 +32,6 @@ from ..kit import (
     split_heads,
 )
 from ..registry import Exercise
-from ..types import Case
 
 # ---------------------------------------------------------------------------------------------
 # the reference computation, its mistakes as flags
@@ -444,7 +444,7 @@ EXERCISE = Exercise(
     order=10,
     notebook="10_mla",
     points=3,
-    kind="class",
+    kind="module",
     contract="MultiHeadLatentAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "kv_latent_dim", "rope_dim"),
     cases=cases,

@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.function import Call
 from ..kit import Mistake, case_titles, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
 
 # ---------------------------------------------------------------------------------------------
 # the reference computation, its mistakes as flags
@@ -105,13 +106,12 @@ def function_case(name, g, shape_q, shape_k, block_size, causal, high=0.0, check
     # the inputs, in float64 too, when block >> head_dim), measured from outside the learner's code: scores built
     # with NumPy or in another thread count too
     peak_bound = b * h * block_size * n_k * 4 // 2 if peak else None
-    call = Call(q, seed=draw_seed(g), args=(q, k, v, block_size, causal), tile_bound=tile_bound, peak_bound=peak_bound)
+    call = Call((q, k, v, block_size, causal), seed=draw_seed(g), tile_bound=tile_bound, peak_bound=peak_bound)
     return Case(
         name,
         {"block_size": block_size, "causal": causal},
         {},
         [call],
-        kind="function",
         meta={"tile_bound": tile_bound, **({"tol": (2e-3, 2e-4)} if high else {})},
     )
 
@@ -163,7 +163,7 @@ def cases(g) -> list[Case]:
 def expected(case: Case, v: OnlineVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs (step1.out, step1.lse, step1.tiled)."""
     with torch.no_grad():
-        q, k, val, block_size, causal = case.calls[0].fn_args
+        q, k, val, block_size, causal = case.calls[0].args
         found = online_forward(q, k, val, block_size, causal, v)
         outs = {"step1.out": found["out"], "step1.lse": found["lse"]}
         if case.meta.get("tile_bound") is not None:

@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.function import Call
 from ..kit import Mistake, case_titles, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
 from .online_softmax import M_NO_SCALE
 
 
@@ -202,7 +203,7 @@ def cached_tokens(key_pool, value_pool, tables, lens):
 def _tokens_after(case: Case, key_pool, value_pool, tables) -> dict:
     """{"step1.cached_keys", "step1.cached_values"}: the tokens after the step (seq_len + 1 each), or None where
     the state that came back is not the arguments' shape."""
-    args = case.calls[0].fn_args
+    args = case.calls[0].args
     lens = [int(n) + 1 for n in args[6]]
     shapes = [tuple(a.shape) for a in args[3:6]]
     if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (key_pool, value_pool, tables)] != shapes:
@@ -256,13 +257,12 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
     seq_lens = torch.tensor([n for n, _ in seqs], dtype=torch.long)
     args = (query, new_keys, new_values, key_pool, value_pool, tables, seq_lens, num_splits)
     longest = max(n for n, _ in seqs) + 1  # keys of the longest row: a softmax over so many never split them
-    call = Call(query, seed=draw_seed(g), args=args, state=STATE, split_check=("merge_partials", longest))
+    call = Call(args, seed=draw_seed(g), state=STATE, split_check=("merge_partials", longest))
     return Case(
         name,
         {"block_size": block_size, "num_splits": num_splits},
         {},
         [call],
-        kind="function",
         meta={"tol": (2e-3, 2e-4)} if high else {},
     )
 
@@ -277,8 +277,8 @@ def merge_case(name, g, num_chunks=4, rows=3, heads=2, head_dim=8):
         for c in (1 + torch.randperm(num_chunks - 1, generator=g)[:2]).tolist():
             lses[c, r] = top[r] + 2.0 * torch.rand(heads, generator=g)
     outs = torch.randn(num_chunks, rows, heads, head_dim, generator=g)
-    call = Call(outs, seed=draw_seed(g), args=(outs, lses), helper="merge_partials")
-    return Case(name, {"num_chunks": num_chunks}, {}, [call], kind="function", meta={"merge": True})
+    call = Call((outs, lses), seed=draw_seed(g), helper="merge_partials")
+    return Case(name, {"num_chunks": num_chunks}, {}, [call], meta={"merge": True})
 
 
 def cases(g) -> list[Case]:
@@ -329,17 +329,16 @@ def expected(case: Case, variant: PagedVariant) -> dict:
     """{name: tensor}, named as the harness names the learner's outputs."""
     with torch.no_grad():
         if case.meta.get("merge"):
-            outs, lses = case.calls[0].fn_args
+            outs, lses = case.calls[0].args
             out, lse = _merge(outs, lses, variant)
             return {"step1.out": out, "step1.lse": lse}
-        out, lse, state = paged_forward(case.calls[0].fn_args, variant, state=True)
+        out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
         # the keys split: every case's longest row holds more than one chunk of them
-        split = variant.split
         return {
             "step1.out": out,
             "step1.lse": lse,
             **_tokens_after(case, *state),
-            "step1.split": torch.tensor(1.0 if split else 0.0),
+            "step1.split": torch.tensor(1.0 if variant.split else 0.0),
         }
 
 
@@ -445,10 +444,6 @@ TEXTS: dict[str, tuple[str, str]] = {
         "exp(lse_i - max lse) and divide by the sum of the weights",
         "各块的输出按块的长度（键的个数）加权了：一个块在 softmax 里所占的份额是它在 exp(分数) 总和中所占的份额，"
         "不是它在键里所占的份额；要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和",
-    ),
-    "compare.not_split": (
-        "{step}: the keys were not split: a softmax over all the keys of a row, and no merge of two partials",
-        "{step}：键没有被切分：对一行的全部键做了 softmax，也没有合并过两个部分结果",
     ),
     "mutant.decode_never_splits": (
         "the outputs are right, but the keys were not attended split-K: one softmax ran over all the keys of a "

@@ -4,7 +4,7 @@ rank's queries to it with the mask that chunk's place in the sequence calls for 
 merge the partial result into the running ``(out, lse)`` by log-sum-exp. A function: it returns (out, lse).
 Beside it ``ring_exchange(k, v, rank, world_size) -> (k_next, v_next)``, the step's communication: send this
 rank's K/V chunk to rank + 1 and receive rank - 1's, with torch.distributed's point-to-point operations. The last
-cases run both on a ring of real processes (``sandbox/ranks.py``: gloo on loopback), every rank stepping the whole
+cases run both on a ring of real processes (``sandbox/kinds/ranks.py``: gloo on loopback), every rank stepping the whole
 ring; a ring that deadlocks is stopped after a few seconds and named.
 
 The reference computation and each misconception are the flags of ``RingVariant``. The running ``(out, lse)`` a
@@ -21,9 +21,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..kinds.ring import Call
 from ..kit import Mistake, draw_seed, mutant
 from ..registry import Exercise
-from ..types import Call, Case
+from ..types import Case
+from .online_softmax import M_NO_SCALE  # exercise 09's mistake, in its words
 
 TEXTS: dict[str, tuple[str, str]] = {
     "mutant.ring_merge_without_rescaling": (
@@ -179,7 +181,6 @@ class RingVariant:
     # | collective (the chunks passed by a collective, all_gather or broadcast, not point to point)
 
 
-M_NO_SCALE = Mistake("no_scale", text="no_scale_online")  # exercise 09's words
 M_MERGE_MEAN = Mistake("ring_merge_without_rescaling")
 M_MERGE_NO_MAX = Mistake("ring_merge_without_max")
 M_LSE_KEPT = Mistake("ring_lse_not_updated")
@@ -201,7 +202,7 @@ class RingDeadlock(Exception):
     """What a ring whose ranks all block in their first exchange ends in: the harness stops it and says so."""
 
     where = "forward"
-    error_type = "Deadlock"  # sandbox/ranks.py's DEADLOCK: only that error matches this mistake
+    error_type = "Deadlock"  # sandbox/kinds/ranks.py's DEADLOCK: only that error matches this mistake
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,13 +330,12 @@ def ring_case(
     if strided:
         chunks = tuple(_strided(t) for t in chunks)
     args = (*chunks, out, lse, rank, source, world_size, seq_len, layout, causal)
-    call = Call(chunks[0], seed=draw_seed(g), args=args)
+    call = Call(args, seed=draw_seed(g))
     return Case(
         name,
         {"world_size": world_size, "seq_len": seq_len, "layout": layout},
         {},
         [call],
-        kind="function",
         meta={"tol": (2e-3, 2e-4)} if high or later else {},
     )
 
@@ -347,8 +347,8 @@ def ring_run_case(name, g, world_size, seq_len, layout, causal, heads=2, head_di
     pos = positions(seq_len, world_size, layout)
     assert len({len(p) for p in pos}) == 1, "the exchange's contract: every rank's chunk has one shape"
     args = tuple([t[..., p, :] for p in pos] for t in (q, k, v)) + (seq_len, layout, causal)
-    call = Call(q, seed=draw_seed(g), args=args, ranks=world_size, exchange="ring_exchange")
-    return Case(name, {"world_size": world_size, "seq_len": seq_len, "layout": layout}, {}, [call], kind="function")
+    call = Call(args, seed=draw_seed(g), ranks=world_size, exchange="ring_exchange")
+    return Case(name, {"world_size": world_size, "seq_len": seq_len, "layout": layout}, {}, [call])
 
 
 def _weighted(step_cases: list[Case], ring_cases: list[Case]) -> list[Case]:
@@ -364,7 +364,7 @@ def ring_run(call: Call, v: RingVariant) -> dict:
     """What each rank of a ring with the variant's mistakes computes and receives (the harness's names)."""
     if v.exchange == "deadlock":
         raise RingDeadlock()
-    q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call.fn_args
+    q_chunks, k_chunks, v_chunks, seq_len, layout, causal = call.args
     world_size = call.ring_size
     outputs = {}
     for rank in range(world_size):
@@ -467,7 +467,7 @@ EXERCISE = Exercise(
     order=15,
     notebook="15_ring_attention",
     points=3,
-    kind="function",
+    kind="ring",
     contract="ring_step",
     args=("q", "k_chunk", "v_chunk", "out", "lse", "rank", "source", "world_size", "seq_len", "layout", "causal"),
     cases=cases,

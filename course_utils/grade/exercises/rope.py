@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..heads import training_case
+from ..kinds.module import Case
 from ..kit import (
     M_IGNORES_PAST,
     M_ROPE_EXPONENT,
@@ -31,7 +32,6 @@ from ..kit import (
     split_heads,
 )
 from ..registry import Exercise
-from ..types import Case
 
 # ---------------------------------------------------------------------------------------------
 # the reference computation, its mistakes as flags
@@ -251,7 +251,7 @@ EXERCISE = Exercise(
     order=8,
     notebook="08_rope",
     points=3,
-    kind="class",
+    kind="module",
     contract="RoPEAttention",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias", "rope_base"),
     cases=cases,

@@ -18,9 +18,9 @@ from ..heads import (
     large_scores_case,
     make_case,
 )
+from ..kinds.module import Case
 from ..kit import M_SOFTMAX_BATCH, M_SOFTMAX_QUERIES, Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "single_head"
 
@@ -82,7 +82,7 @@ EXERCISE = Exercise(
     order=1,
     notebook="01_self_attention",
     points=2,
-    kind="class",
+    kind="module",
     contract="SelfAttention_v2",
     args=("d_in", "d_out", "qkv_bias"),
     cases=cases,

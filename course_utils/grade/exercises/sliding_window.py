@@ -25,6 +25,7 @@ from itertools import permutations
 
 import torch
 
+from ..kinds.module import Call, Case
 from ..kit import (
     M_IGNORES_PAST,
     Mistake,
@@ -39,7 +40,6 @@ from ..kit import (
     split_heads,
 )
 from ..registry import Exercise
-from ..types import Call, Case
 
 
 @dataclass(frozen=True)
@@ -629,7 +629,7 @@ EXERCISE = Exercise(
     order=12,
     notebook="12_sliding_window",
     points=3,
-    kind="class",
+    kind="module",
     contract="SlidingWindowAttention",
     args=("d_in", "d_out", "num_heads", "window", "num_sinks", "rope_base"),
     cases=cases,

@@ -15,9 +15,9 @@ from ..heads import (
     make_case,
     training_case,
 )
+from ..kinds.module import Case
 from ..kit import M_SOFTMAX_BATCH, M_SOFTMAX_QUERIES, Mistake, case_titles, mutant
 from ..registry import Exercise
-from ..types import Case
 
 FORM = "wrapper"
 
@@ -131,7 +131,7 @@ EXERCISE = Exercise(
     order=3,
     notebook="03_multihead_wrapper",
     points=1,
-    kind="class",
+    kind="module",
     contract="MultiHeadAttentionWrapper",
     args=("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
     cases=cases,

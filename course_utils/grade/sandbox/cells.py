@@ -6,13 +6,8 @@ from __future__ import annotations
 import builtins
 import linecache
 import signal
-from typing import TYPE_CHECKING
 
-try:  # in-process: part of the course's grader package
-    from .errors import CellTimeout, describe_exception
-except ImportError:  # sandboxed: the sandbox's files side by side in /grader
-    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
-        from errors import CellTimeout, describe_exception
+from .errors import CellTimeout, describe_exception
 
 
 def alarm(signum, frame):

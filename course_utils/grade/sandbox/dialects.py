@@ -11,17 +11,13 @@ from __future__ import annotations
 import inspect
 import re
 from itertools import permutations
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-try:
-    from .texts import Said, said
-except ImportError:  # sandboxed: beside texts.py in /grader
-    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
-        from texts import Said, said
+from .texts import Said, said
 
 _WIDTH = (
     "d_model",

@@ -7,16 +7,10 @@ from __future__ import annotations
 import os
 import sysconfig
 import traceback
-from typing import TYPE_CHECKING
 
 import torch
 
-try:  # in-process: part of the course's grader package
-    from .texts import Said, english, said
-except ImportError:  # sandboxed: the sandbox's files side by side in /grader
-    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
-        from texts import Said, english, said
-
+from .texts import Said, english, said
 
 MAX_MESSAGE = 1600  # long enough that a list of what is accepted is never cut
 
@@ -55,6 +49,16 @@ def _stub(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or isinstance(exc.__cause__, NotImplementedError)
 
 
+def _leaves_autograd(exc: BaseException) -> bool:
+    """Whether ``exc`` is the error torch raises when a tensor that requires grad leaves autograd (``.numpy()``):
+    compared with that error itself, made here, so that nothing depends on how its message is worded."""
+    try:
+        torch.zeros(1, requires_grad=True).numpy()
+    except Exception as made:  # noqa: BLE001 - the error to compare with
+        return type(exc) is type(made) and exc.args == made.args
+    return False
+
+
 def describe_exception(exc: BaseException, learner_files=None, where: str = "forward") -> dict:
     """A learner's exception as plain data: type, first line of the message, the learner's line. The grader
     renders ``said`` and ``line_said`` (the harness's own words as keys, see texts.py) in the learner's language."""
@@ -88,6 +92,7 @@ def describe_exception(exc: BaseException, learner_files=None, where: str = "for
         "not_implemented": _stub(exc),
         "function": None if frame is None else frame.name,  # the learner's function it came from: which one is a stub
         "contract": isinstance(exc, ContractError),
+        "leaves_autograd": _leaves_autograd(exc),
         "said": message_said,
         "line_said": line_said,
     }

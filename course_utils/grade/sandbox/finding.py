@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
 from torch import nn
 
-try:  # in-process: part of the course's grader package
-    from .running import run_exercise
-except ImportError:  # sandboxed: the sandbox's files side by side in /grader
-    if not TYPE_CHECKING:  # the type checker reads the package's modules, above
-        from running import run_exercise
+Tries = Callable[[Any], "dict | None"]  # a class -> its record on the exercise's first case (None: it cannot be tried)
 
 
 def defined_modules(namespace: dict) -> list:
@@ -31,24 +27,14 @@ def defined_modules(namespace: dict) -> list:
 _ATTENTION_NAMES = ("attention", "attn", "mha")
 
 
-def _first_error(cls, spec: dict, learner_files=None):
-    """Where ``cls`` fails on the first case of ``spec`` ("construct", "load", "forward", ...), "" when it runs,
+def _first_error(cls, try_first: Tries):
+    """Where ``cls`` fails on the exercise's first case ("construct", "load", "forward", ...), "" when it runs,
     None when it cannot even be tried."""
     try:
-        record = run_exercise(
-            cls,
-            {
-                **spec,
-                "cases": spec["cases"][:1],
-                "ctor_args": spec["ctor_args"][:1],
-                "ctors": spec.get("ctors", [None])[:1],
-                "square_cases": spec.get("square_cases", [])[:1],
-                "square_ctors": spec.get("square_ctors", [])[:1],
-                "trace": False,
-            },
-            learner_files,
-        )[0]
+        record = try_first(cls)
     except Exception:  # noqa: BLE001 - a class that cannot even be tried does not fit
+        return None
+    if record is None:
         return None
     error = record.get("error")
     return "" if error is None else str(error.get("where"))
@@ -66,22 +52,21 @@ def _one_of(group: list, base_first: bool):
     return None
 
 
-def class_in(namespace: dict, spec: dict, learner_files=None):
+def class_in(namespace: dict, contract: str, try_first: Tries, *, interview: bool = False, function: bool = False):
     """(the class to grade in ``namespace``, the names of the classes found): what ``check("id", globals())``
     grades, in the notebook's kernel and in the sandbox alike. The exercise's own name first (a function
     exercise: that name only). Else, in interview mode, any nn.Module: one defined, that one; several, the one that
     runs the first case, else the one that at least constructs and loads (its error is the candidate's to see).
     Otherwise (a follow-up under another name) only a class that runs the first case: the learner's other classes
     (the MHA a follow-up builds on) are no answer to it. Of several, the one named like attention; else None, and
-    the names are listed to the learner."""
-    named = namespace.get(spec["class"])
-    if isinstance(named, type) or (spec.get("function") and callable(named)):
+    the names are listed to the learner. ``try_first``: the exercise's kind's run of a class on its first case."""
+    named = namespace.get(contract)
+    if isinstance(named, type) or (function and callable(named)):
         return named, [named.__name__]
-    interview = bool(spec.get("dialects"))
-    found = [] if spec.get("function") else defined_modules(namespace)
+    found = [] if function else defined_modules(namespace)
     if interview and len(found) == 1:
         return found[0], [found[0].__name__]
-    where = {cls: _first_error(cls, spec, learner_files) for cls in found}
+    where = {cls: _first_error(cls, try_first) for cls in found}
     runs = [c for c in found if where[c] == ""]
     constructs = [c for c in found if where[c] is not None and where[c] not in ("construct", "load")]
     for group in (runs, constructs) if interview else (runs,):

@@ -15,19 +15,18 @@ import numpy as np
 import pytest
 import torch
 
+from course_utils.grade import grade_class
 from course_utils.grade.exercises import get
 from course_utils.grade.exercises import induction_head as capstone
 from course_utils.grade.exercises.mla import mla_forward
 from course_utils.grade.exercises.rope import rope_forward
-from course_utils.grade.messages import Msg
-from course_utils.grade.protocol import plan_case
 from course_utils.grade.runner import grade_file
+from course_utils.grade.sandbox.kinds.function import run_case as run_function_case
 from course_utils.grade.sandbox.measuring import PeakMemory
-from course_utils.grade.sandbox.running import run_function_case
-from tests.conftest import grade, load
+from tests.conftest import grade, load, said
 from tests.grader_cases import false_credit as fc
-from tests.grader_cases.capstone import ALTERNATIVES as CAPSTONE_ALTERNATIVES
-from tests.grader_cases.capstone import REFERENCE as CAPSTONE_REFERENCE
+from tests.grader_cases.induction_head import ALTERNATIVES as CAPSTONE_ALTERNATIVES
+from tests.grader_cases.induction_head import REFERENCE as CAPSTONE_REFERENCE
 
 CAPSTONE = "induction_head"
 
@@ -35,7 +34,7 @@ CAPSTONE = "induction_head"
 def _named(result, key, exercise):
     """The diagnosis is ``key``, its text leads the report in both languages, and no line is repeated."""
     assert not result and result.diagnosis == key, result.report()
-    message = Msg("mutant." + key)
+    message = said("mutant." + key)
     for lang in ("en", "zh"):
         report = result.report(lang)
         assert message.render(lang) in report.splitlines()[0]
@@ -123,7 +122,7 @@ def test_peak_memory_sees_numpy_and_other_threads():
 def test_only_the_peak_sees_numpy_and_threads(name):
     """Without the peak measure the traced tensor sizes alone pass these dodges: the measure is what closes them."""
     fn = load(fc.DODGES[name][1], "online_softmax_attention")
-    plan = plan_case(get("online_softmax").make_cases(seed=1)[-1])
+    plan = get("online_softmax").how.plan_case(get("online_softmax").make_cases(seed=1)[-1])
     assert run_function_case(fn, plan)["outputs"]["step1.tiled"] == 0.0
     plan["calls"][0]["peak_bound"] = None
     assert run_function_case(fn, plan)["outputs"]["step1.tiled"] == 1.0
@@ -150,7 +149,7 @@ def load_fn(src):
 def test_the_proxies_point_to_the_wrong_head(seed):
     """After the first case, no weight norm and not the checkpoint's record points to the induction head, while
     the model computes what it did (test_grader_capstone checks the function and the course's scores)."""
-    cases = capstone.make_cases(CAPSTONE, seed)
+    cases = capstone.make_cases(seed)
     assert cases[0].induction in cases[0].meta["norm_heads"]  # the trained checkpoint, untouched
     for case in cases[1:]:
         assert case.induction not in case.meta["norm_heads"], case.name
@@ -161,7 +160,7 @@ def test_the_proxies_point_to_the_wrong_head(seed):
 def test_a_proxy_for_the_induction_head_gets_no_credit(name):
     src, key = fc.INDUCTION_DODGES[name]
     for seed in (0, 3):
-        result = capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
+        result = grade_class(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
         assert not result and result.checks_passed <= 1, result.report()  # at most the untouched checkpoint
         if key is not None:
             _named(result, key, CAPSTONE)
@@ -171,7 +170,7 @@ def test_a_proxy_for_the_induction_head_gets_no_credit(name):
 def test_scoring_what_the_heads_do_still_passes(name):
     src = CAPSTONE_REFERENCE if name == "reference" else CAPSTONE_ALTERNATIVES[name]
     for seed in (0, 3):
-        result = capstone.grade_function(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
+        result = grade_class(CAPSTONE, load_fn(src), learner_files={"<learner>"}, seed=seed)
         assert result, result.report()
 
 

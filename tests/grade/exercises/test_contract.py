@@ -2,16 +2,17 @@
 (each mistake it can name, each case title), none of its texts unused, its notebooks where the READMEs and indexes
 say, its points those its notebook's check cell is worth; and graded the same four ways on its fixture (fixtures.py,
 one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant is named and
-its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared."""
+its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared (and its fixture,
+tests/grader_cases/<id>.py, found the same way: fixtures.py)."""
 
 from pathlib import Path
 
 import pytest
 import torch
 
-from course_utils.grade import diagnose, heads, kit
+from course_utils.grade import diagnose, heads, kit, messages
 from course_utils.grade.exercises import EXERCISES, get
-from course_utils.grade.messages import CATALOGUE, Msg, case_title
+from course_utils.grade.messages import Msg
 from course_utils.grade.types import Mutant
 from tests.conftest import assert_reads_cleanly
 from tests.grade.exercises.fixtures import FIXTURES, Fixture
@@ -21,10 +22,9 @@ ON_CASES = [ex for ex in EXERCISES.values() if ex.kind != "model"]
 
 
 def named_mistakes(ex) -> list:
-    """Every mutant the verdict can name for ``ex`` (pairs included), or the capstone's function mutants."""
-    if ex.kind == "model":
-        return list(ex.model.MUTANTS)
-    return ex.mutants() + diagnose.mutant_pairs(ex.mutants(), ex.correct)
+    """Every mutant the verdict can name for ``ex`` (pairs of mistakes of a reference computation's flags included)."""
+    pairs = diagnose.mutant_pairs(ex.mutants(), ex.correct) if hasattr(ex.correct, "__dataclass_fields__") else []
+    return ex.mutants() + pairs
 
 
 def case_names(ex) -> list:
@@ -34,8 +34,8 @@ def case_names(ex) -> list:
     return [c.name for c in cases]
 
 
-def bilingual(key: str) -> bool:
-    en, zh = CATALOGUE[key]
+def bilingual(text: Msg) -> bool:
+    en, zh = text.texts
     return bool(en.strip()) and bool(zh.strip()) and en != zh
 
 
@@ -46,23 +46,22 @@ def test_every_mistake_is_said_in_both_languages(ex):
         assert isinstance(message, Msg), (ex.id, mutant.key)
         parts = [message.args["first"], message.args["second"]] if message.key == "two_mistakes" else [message]
         for part in parts:
-            assert part.key.startswith("mutant.") and bilingual(part.key), (ex.id, mutant.key)
+            assert part.key.startswith("mutant.") and bilingual(part), (ex.id, mutant.key)
         assert message.render("zh") != str(message), (ex.id, mutant.key)
 
 
 @pytest.mark.parametrize("ex", EXERCISES.values(), ids=list(EXERCISES))
 def test_every_case_title_is_said_in_both_languages(ex):
     for name in case_names(ex):
-        title = case_title(name)
-        assert isinstance(title, Msg) and bilingual(title.key), (ex.id, name)
+        title = ex.title(name)
+        assert isinstance(title, Msg) and bilingual(title), (ex.id, name)
 
 
 def test_no_text_of_an_exercise_goes_unused():
     modules = [kit, heads]
     declared = {key for m in modules for key in m.TEXTS}
     for ex in EXERCISES.values():
-        module = __import__(f"course_utils.grade.exercises.{ex.id}", fromlist=["TEXTS"])
-        declared |= set(module.TEXTS)
+        declared |= set(messages.table(ex.home))
     used = set()
     for ex in EXERCISES.values():
         used |= {"case:" + name for name in case_names(ex)}
@@ -105,67 +104,90 @@ def test_the_readmes_list_every_exercise(readme, prefix):
             assert (ROOT / folder / prefix / f"{ex.notebook}.ipynb").exists(), (ex.id, folder)
 
 
+def _tensors(value) -> list:
+    """Every tensor of a case as its kind plans it for the child (inputs, parameters, a given cache...)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
+    return [t for item in items for t in _tensors(item)]
+
+
 def test_cases_are_drawn_from_the_seed():
     # secret cases: two seeds give different inputs, one seed the same (the verdict is recomputed in the parent)
     for ex in ON_CASES:
-        a, b, c = ex.make_cases(1), ex.make_cases(1), ex.make_cases(2)
-        assert all(torch.equal(x.x, y.x) for x, y in zip(a, b, strict=True)), ex.id
-        assert not all(torch.equal(x.x, y.x) for x, y in zip(a, c, strict=True)), ex.id
+        a, b, c = ([_tensors(ex.how.plan_case(case)) for case in ex.make_cases(seed)] for seed in (1, 1, 2))
+        assert all(torch.equal(x, y) for p, q in zip(a, b, strict=True) for x, y in zip(p, q, strict=True)), ex.id
+        assert not all(
+            len(p) == len(q) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(p, q, strict=True))
+            for p, q in zip(a, c, strict=True)
+        ), ex.id
 
 
 # ---------------------------------------------------------------------- graded: the same four checks for every exercise
 
 
-def test_every_exercise_graded_on_cases_has_a_fixture():
-    assert set(FIXTURES) == {ex.id for ex in ON_CASES}
+def test_every_exercise_has_a_fixture():
+    assert set(FIXTURES) == set(EXERCISES)
 
 
-def _gradable(exercise: str) -> Fixture:
-    fixture = FIXTURES[exercise]
-    why = fixture.skip()
-    if why:
-        pytest.skip(why)
-    return fixture
+class Graded:
+    """The four checks of one exercise's fixture: the reference passes, each alternative passes, each stub is "not
+    implemented", each mutant is named and its report reads cleanly. One class per exercise (below), so that the
+    exercises spread over the test workers (pytest-xdist's --dist loadscope gives each class to one worker)."""
+
+    exercise = ""
+
+    @property
+    def fixture(self) -> Fixture:
+        fixture = FIXTURES[self.exercise]
+        why = fixture.skip()
+        if why:
+            pytest.skip(why)
+        return fixture
+
+    def test_the_reference_passes(self):
+        result = self.fixture.grade(self.fixture.reference)
+        assert result and result.score == 1.0, result.report()
+
+    def test_alternative_correct_implementations_pass(self, alt):
+        fixture = self.fixture
+        assert len(fixture.alternatives) >= fixture.min_alternatives
+        result = fixture.grade(fixture.alternatives[alt])
+        assert result and result.score == 1.0, result.report()
+
+    def test_a_stub_is_not_implemented(self, stub):
+        result = self.fixture.grade(self.fixture.stubs[stub])
+        assert not result and result.diagnosis == "not_implemented", result.report()
+        assert "not implemented yet" in result.summary and "Traceback" not in result.report()
+
+    def test_each_mutant_gets_its_diagnosis(self, mutant):
+        key, src = self.fixture.mutants[mutant]
+        result = self.fixture.grade(src)
+        assert not result and result.diagnosis == key, result.report()
+        ex = get(self.exercise)
+        own = ex.how.mistakes + diagnose.VERDICT_MISTAKES
+        said = [m.message for m in named_mistakes(ex) + [Mutant(m.key, m.message, None) for m in own] if m.key == key]
+        assert not said or any(message in result.report() for message in said), result.report()  # a mistake is said
+        # in its words (a verdict of the grader's own, an exception, a broken contract, says what happened)
+        assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
 
 
-@pytest.mark.parametrize("exercise", sorted(FIXTURES))
-def test_the_reference_passes(exercise):
-    result = _gradable(exercise).grade(FIXTURES[exercise].reference)
-    assert result and result.score == 1.0, result.report()
+def pytest_generate_tests(metafunc):
+    """Each exercise's class parametrized by its own fixture."""
+    if metafunc.cls is None or not issubclass(metafunc.cls, Graded):
+        return
+    fixture = FIXTURES[metafunc.cls.exercise]
+    if "alt" in metafunc.fixturenames:
+        metafunc.parametrize("alt", sorted(fixture.alternatives))
+    if "stub" in metafunc.fixturenames:
+        metafunc.parametrize("stub", list(fixture.stubs))
+    if "mutant" in metafunc.fixturenames:
+        ids = [f"{key}-{i}" for i, (key, _) in enumerate(fixture.mutants)]
+        metafunc.parametrize("mutant", range(len(fixture.mutants)), ids=ids)
 
 
-@pytest.mark.parametrize(
-    "exercise,alt", [(ex, alt) for ex in sorted(FIXTURES) for alt in sorted(FIXTURES[ex].alternatives)]
-)
-def test_alternative_correct_implementations_pass(exercise, alt):
-    fixture = _gradable(exercise)
-    assert len(fixture.alternatives) >= fixture.min_alternatives
-    result = fixture.grade(fixture.alternatives[alt])
-    assert result and result.score == 1.0, result.report()
-
-
-@pytest.mark.parametrize("exercise,stub", [(ex, stub) for ex in sorted(FIXTURES) for stub in FIXTURES[ex].stubs])
-def test_a_stub_is_not_implemented(exercise, stub):
-    fixture = _gradable(exercise)
-    result = fixture.grade(fixture.stubs[stub])
-    assert not result and result.diagnosis == "not_implemented", result.report()
-    assert "not implemented yet" in result.summary and "Traceback" not in result.report()
-
-
-@pytest.mark.parametrize(
-    "exercise,i",
-    [(ex, i) for ex in sorted(FIXTURES) for i in range(len(FIXTURES[ex].mutants))],
-    ids=[f"{ex}-{key}-{i}" for ex in sorted(FIXTURES) for i, (key, _) in enumerate(FIXTURES[ex].mutants)],
-)
-def test_each_mutant_gets_its_diagnosis(exercise, i):
-    fixture = _gradable(exercise)
-    key, src = fixture.mutants[i]
-    result = fixture.grade(src)
-    assert not result and result.diagnosis == key, result.report()
-    ex = get(exercise)
-    said = named_mistakes(ex) + [Mutant(m.key, m.message, None) for m in diagnose.VERDICT_MISTAKES]
-    assert any(m.message in result.report() for m in said if m.key == key), result.report()
-    assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
+for _exercise in FIXTURES:
+    globals()[f"TestGraded_{_exercise}"] = type(f"TestGraded_{_exercise}", (Graded,), {"exercise": _exercise})
 
 
 # ---------------------------------------------------------------------- every seed: caught, named, the same score
@@ -179,27 +201,31 @@ def _as_record(expected) -> dict:
     return {"error": None, "outputs": expected}
 
 
-def _differs(case, got, want) -> bool:
+def _differs(ex, case, got, want) -> bool:
     if isinstance(got, Exception) or isinstance(want, Exception):
         return not (isinstance(got, Exception) and isinstance(want, Exception))
-    return diagnose.compare(got, want, tol=case.meta.get("tol", (diagnose.RTOL, diagnose.ATOL))) is not None
+    tol = case.meta.get("tol", (diagnose.RTOL, diagnose.ATOL))
+    return diagnose.compare(got, want, tol=tol, words=ex.how.words(ex, case)) is not None
 
 
-@pytest.mark.parametrize("ex", ON_CASES, ids=[ex.id for ex in ON_CASES])
+ON_OUTPUTS = [ex for ex in ON_CASES if hasattr(ex.correct, "__dataclass_fields__")]  # a reference's flags
+
+
+@pytest.mark.parametrize("ex", ON_OUTPUTS, ids=[ex.id for ex in ON_OUTPUTS])
 def test_each_mistake_is_caught_and_named_on_every_seed(ex):
     """On several seeds, every mutant's reference fails the same cases (the same wrong answer gets the same score,
     whatever the secret seed), at least one, and is named: no mutant before it in the catalogue computes the same."""
-    failing = {}
+    failing: dict = {}
     for seed in range(4):
         cases = ex.make_cases(seed)
         correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
         for m in ex.mutants():
             got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
             failed = frozenset(
-                i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(c, g, w)
+                i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(ex, c, g, w)
             )
             assert failed, (ex.id, m.key, seed, "caught by no case")
             assert failing.setdefault(m.variant, failed) == failed, (ex.id, m.key, seed, "another score on this seed")
             records = [_as_record(g) for g in got]
-            first = next(other for other in ex.mutants() if diagnose._matches(ex, cases, records, other))
+            first = next(other for other in ex.mutants() if diagnose.matches(ex, ex.how, cases, records, other))
             assert first.key == m.key, (ex.id, m.key, seed, f"named {first.key}")

@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.grade import check, grade_class, runner
-from course_utils.grade.exercises import get
+from course_utils.grade.exercises import flash_triton, get
 from course_utils.grade.exercises.flash_triton import TEXTS, FlashVariant
-from course_utils.grade.messages import CATALOGUE
 from tests.grade.exercises.fixtures import load_kernel as load
 from tests.grader_cases.flash_triton import BODY, MUTANTS, REFERENCE
 from tests.grader_cases.implementations import mutate
@@ -48,7 +47,7 @@ def grade(src):
 def test_registered_with_its_texts():
     ex = get(EX)
     assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == (
-        "function",
+        "kernel",
         "flash_attention",
         3,
         "14_flash_triton",
@@ -56,7 +55,7 @@ def test_registered_with_its_texts():
     )
     assert ex.correct == FlashVariant() and len(ex.make_cases()) == 6
     for key, (en, zh) in TEXTS.items():
-        assert CATALOGUE[key][1] == zh and en and zh, key
+        assert flash_triton.TEXTS[key][1] == zh and en and zh, key
     assert {"mutant." + m.key for m in ex.mutants()} <= set(TEXTS)
     assert {"case:" + c.name for c in ex.make_cases()} <= set(TEXTS)
 

@@ -16,7 +16,8 @@ from course_utils.grade import check, grade_class, runner
 from course_utils.grade.diagnose import compare
 from course_utils.grade.exercises import get
 from course_utils.grade.exercises.paged_decode import PagedVariant, paged_forward, read_back
-from course_utils.grade.types import Call, Case
+from course_utils.grade.kinds.function import Call
+from course_utils.grade.types import Case
 from tests.grader_cases import serving
 from tests.grader_cases.implementations import mutate
 from tests.grader_cases.paged_decode import ALTERNATIVES, MUTANTS, REFERENCE, STATE_MUTANTS
@@ -227,7 +228,7 @@ def test_grader_reference_equals_the_paged_cache():
         "fork",
         {},
         {},
-        [Call(query, args=(query, k_new, v_new, cache.key_pool.clone(), cache.value_pool.clone(), tables, lens, 3))],
+        [Call((query, k_new, v_new, cache.key_pool.clone(), cache.value_pool.clone(), tables, lens, 3))],
     )
     expected = get(EX).expected(case, get(EX).correct)
     for row, s in enumerate(seqs):

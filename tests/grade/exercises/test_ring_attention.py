@@ -36,7 +36,7 @@ EX = "ring_attention"
 def test_registered():
     ex = get(EX)
     assert (ex.kind, ex.contract, ex.points, ex.notebook, ex.order) == (
-        "function",
+        "ring",
         "ring_step",
         3,
         "15_ring_attention",
@@ -79,7 +79,9 @@ def test_catalogue_and_texts():
     assert {"mutant." + k for k in own} <= set(TEXTS)
     assert {"case:" + c.name for c in get(EX).make_cases(seed=0)} <= set(TEXTS)
     for key, (en, zh) in TEXTS.items():  # every text in both languages, and registered with the catalogue
-        assert en and re.search(r"[\u4e00-\u9fff]", zh) and messages.CATALOGUE[key][1] == zh, key
+        assert en and re.search(r"[\u4e00-\u9fff]", zh) and messages.table(get("ring_attention").home)[key][1] == zh, (
+            key
+        )
 
 
 def test_merge_without_the_max_overflows_only_on_large_scores():

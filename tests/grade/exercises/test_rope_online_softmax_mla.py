@@ -7,12 +7,11 @@ import torch
 
 import course_utils as cu
 from course_utils.grade import check, grade_class
-from course_utils.grade.diagnose import verdict
 from course_utils.grade.exercises import EXERCISES, get
 from course_utils.grade.exercises.mla import MlaVariant
 from course_utils.grade.exercises.online_softmax import OnlineVariant
 from course_utils.grade.exercises.rope import RopeVariant
-from course_utils.grade.protocol import Graded, run_in_process
+from course_utils.grade.protocol import Graded, run_in_process, verdict
 from tests.conftest import grade, load
 from tests.grader_cases.beyond import DROPOUT, MUTANTS, REFERENCE
 from tests.grader_cases.implementations import mutate

@@ -48,7 +48,7 @@ def grade(src):  # each source graded once per run (the tests below read one res
 
 def test_registered():
     ex = get(EXERCISE)
-    assert ex.kind == "class" and ex.points == 3 and ex.notebook == "12_sliding_window"
+    assert ex.kind == "module" and ex.points == 3 and ex.notebook == "12_sliding_window"
     assert ex.correct == WindowVariant() and ex.make_cases()
 
 

@@ -6,8 +6,7 @@ call gets what it tried and a two-line adapter, never a wrong-values verdict."""
 import pytest
 
 from course_utils.grade import grade_class
-from course_utils.grade.diagnose import verdict
-from course_utils.grade.protocol import Graded, run_in_process
+from course_utils.grade.protocol import Graded, run_in_process, verdict
 from course_utils.grade.runner import grade_file
 from tests.grader_cases.interview_dialects import DIALECTS, HEADER, NOTE_000
 
@@ -45,7 +44,7 @@ def test_note_000_merges_into_the_input_width_and_is_named():
 
 def test_note_000_passes_where_d_in_equals_d_out():
     graded = Graded("mha_interview")
-    graded.cases = graded.square  # d_in = d_out = d_model
+    graded.cases = graded.extra["square"]  # d_in = d_out = d_model
     records = run_in_process(load(NOTE_000, "MHA"), graded)
     result = verdict("mha_interview", records, graded.cases)
     assert result, result.report()

@@ -6,7 +6,8 @@ named; the report says which constructor mapping and placement were used; the se
 import pytest
 
 from course_utils.grade import grade_class
-from course_utils.grade.protocol import probe
+from course_utils.grade.exercises import get
+from course_utils.grade.kinds.module import probe
 from course_utils.grade.sandbox import dialects
 from tests.conftest import load
 from tests.grader_cases.held_out_styles import HONEST, WRONG
@@ -92,7 +93,7 @@ def test_the_search_is_bounded():
             return forward(self, *args, **kwargs)
 
         cls.forward = counted
-        recipe = dialects.settle_placement(cls, probe("mha_interview"))
+        recipe = dialects.settle_placement(cls, probe(get("mha_interview")))
         assert recipe is not None and len(calls) <= dialects._SEARCH_BUDGET + 24, (name, len(calls))
 
 

@@ -14,8 +14,9 @@ from .device import DEVICE_ENV_VAR, get_device, synchronize
 __all__ = ("BOOK_TOKENS", "DEVICE_ENV_VAR", "book_batch", "book_inputs", "get_device", "grade", "synchronize")
 
 
-try:  # the harness's texts, beside it in /grader: the errors below are then said in the learner's language
-    from texts import Said
+# the harness's texts (the sandbox package, mounted beside this one): the errors below in the learner's language
+try:
+    from sandbox.texts import Said
 except ImportError:
     Said = Exception
 
