@@ -153,6 +153,24 @@ RING_META = {"present_names": ("keys", "values"), "cache_layout": "compare.ring_
 GIVEN = "a ring the grader made (in the contract's layout) handed to a fresh module"  # the case's title begins so
 
 
+def _chunked_calls(g, x, chunks, first_past=None, first_pos=0) -> list[Call]:
+    """``x`` fed in ``chunks`` through the cache: the first call handed ``first_past`` (None: a new sequence), each
+    later one the previous present, each saying where its tokens start (``first_pos`` for the first)."""
+    calls, start = [], 0
+    for i, size in enumerate(chunks):
+        calls.append(
+            Call(
+                x[:, start : start + size],
+                seed=draw_seed(g),
+                past=i - 1 if i else first_past,
+                use_cache=True,
+                kwargs={"start_pos": first_pos + start},
+            )
+        )
+        start += size
+    return calls
+
+
 def _case(name, g, batch, chunks, *, full=True, rescaled=False, **ctor):
     """One sequence fed in ``chunks`` through the cache (each call passes the previous present back and says where
     its tokens start), then, with ``full``, the whole sequence in one call without a cache. ``rescaled``: the last
@@ -160,18 +178,7 @@ def _case(name, g, batch, chunks, *, full=True, rescaled=False, **ctor):
     not produce (a module that keeps its own state fails), in the layout the module keeps."""
     params = random_params(projection_shapes(ctor), g)
     x = torch.randn(batch, sum(chunks), ctor["d_in"], generator=g)
-    calls, start = [], 0
-    for i, size in enumerate(chunks):
-        calls.append(
-            Call(
-                x[:, start : start + size],
-                seed=draw_seed(g),
-                past=i - 1 if i else None,
-                use_cache=True,
-                kwargs={"start_pos": start},
-            )
-        )
-        start += size
+    calls = _chunked_calls(g, x, chunks)
     if rescaled:
         scales = torch.rand(2, generator=g)
         calls[-1].past_scale = (0.4 + 0.4 * float(scales[0]), -1.0 - float(scales[1]))  # keys, values
@@ -197,18 +204,7 @@ def _given_ring_case(name, g, n_past, chunks, **ctor):
     with torch.no_grad():
         _, given = window_forward(params, prompt, ctor, WindowVariant(), None, True, start_pos=0)
     x = torch.randn(2, sum(chunks), ctor["d_in"], generator=g)
-    calls, start = [], 0
-    for i, size in enumerate(chunks):
-        calls.append(
-            Call(
-                x[:, start : start + size],
-                seed=draw_seed(g),
-                past="given" if i == 0 else i - 1,
-                use_cache=True,
-                kwargs={"start_pos": n_past + start},
-            )
-        )
-        start += size
+    calls = _chunked_calls(g, x, chunks, first_past="given", first_pos=n_past)
     return Case(name, ctor, params, calls, kind="cache", given_past=given, meta={**RING_META, "given_x": prompt})
 
 
