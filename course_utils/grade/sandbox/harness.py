@@ -9,8 +9,7 @@ package, so that it runs inside the sandbox with nothing of the grader importabl
 numeric follow-ups), ``errors`` (a learner's error as plain data).
 
 ``grade(plan) -> result`` is the child's whole job, plan in, result out. The jail runs it as ``main``: the plan on
-stdin, the result written to a pipe (``python -c`` with this package's folder on sys.path, see ``jail.command``), and
-one byte on a second pipe once it is ready: the submission's own time is counted from there.
+stdin, the result written to a pipe (``python -c`` with this package's folder on sys.path, see ``jail.command``).
 In-process use: ``running.run_exercise`` (the notebooks' check).
 """
 
@@ -35,7 +34,7 @@ from .tracing import RefusingFlex
 def grade(plan: dict) -> dict:
     """Run the plan's cells, then grade each of its exercises: the result the grader validates."""
     torch.set_num_threads(1)
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGPROF, alarm)  # the CPU time the learner's code uses, not the wall clock
     timeout = float(plan["cell_timeout"])
     import course_utils.grade as learner_grade  # the learner-side check(): it only records requests
 
@@ -64,14 +63,10 @@ def grade(plan: dict) -> dict:
     return result
 
 
-def main(result_fd: int, ready_fd: int | None = None) -> None:
-    """Read the plan from stdin, grade, write the result to ``result_fd`` (a pipe), and end at once. Once torch is
-    imported and the plan read, one byte on ``ready_fd`` tells the parent that the submission's own time starts."""
+def main(result_fd: int) -> None:
+    """Read the plan from stdin, grade, write the result to ``result_fd`` (a pipe), and end at once."""
     plan = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)
     sys.stdin.close()
-    if ready_fd is not None:
-        os.write(ready_fd, b"1")
-        os.close(ready_fd)
     buffer = io.BytesIO()
     torch.save(grade(plan), buffer)
     with os.fdopen(result_fd, "wb") as out:
