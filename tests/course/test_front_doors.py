@@ -26,7 +26,7 @@ TOTALS = {  # how each README states the total: all, notebooks, exercises (hours
 def _minutes(rows) -> tuple[int, int]:
     notebooks = exercises = 0
     for row in rows:
-        notebook, exercise = map(int, re.findall(r"\d+", row[3]))
+        notebook, exercise = map(int, re.findall(r"\d+", row[2]))
         notebooks, exercises = notebooks + notebook, exercises + exercise
     return notebooks, exercises
 
