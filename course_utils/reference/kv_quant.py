@@ -9,19 +9,23 @@ smaller the error and the more scales to store.
 
 Which numbers share a group is the choice that matters. **Per token** (逐 token): a token's features, in groups of
 ``group_size`` channels. **Per channel** (逐通道): one channel over ``group_size`` consecutive tokens. KIVI quantises
-the keys per channel and the values per token: keys have a few channels of much larger magnitude than the others
-(outlier channels), which set the range of every per-token group they sit in; the values have no such fixed channels,
-and a value's error only mixes into the output it is weighted into. The most recent tokens stay in full precision, a
-**residual** (残差) window of ``residual`` tokens, as KIVI's code keeps them (``models/llama_kivi.py``): keys wait in
-full precision until ``residual`` of them (a multiple of ``group_size``) can be quantised together, so ``T mod
-residual`` are full; values are quantised one token at a time as they leave the window, so ``min(T, residual)`` are.
+the keys per channel and the values per token: in the models it measured (Llama-2, Falcon, Mistral) keys have a
+few channels of much larger magnitude than the others (outlier channels), which set the range of every per-token
+group they sit in; the values have no such fixed channels, and a value's error only mixes into the output it is
+weighted into. (The capstone's keys have none: measure before choosing the axis.) The most recent tokens stay in
+full precision, a **residual** (残差) window of ``residual`` tokens, as KIVI's code keeps them
+(``models/llama_kivi.py``): keys wait in full precision until ``residual`` of them (a multiple of ``group_size``)
+can be quantised together, so ``T mod residual`` are full; values are quantised one token at a time as they leave
+the window, so ``min(T, residual)`` are.
 
 **A group whose numbers are all equal** (a constant channel over a group of tokens, a padded token) has a range of
 0. KIVI's quantisers (``quant/new_pack.py``: ``quant_and_pack_kcache``, ``quant_and_pack_vcache``,
 ``triton_quantize_and_pack_along_last_dim``) compute ``scale = (mx - mn) / (2^b - 1)`` and divide by it unguarded:
 the group's normalised values are ``0 / 0 = NaN``, which KIVI then casts to int32 (an undefined cast: -2^31 on a CPU)
-and a simulated quantiser that keeps the float codes (``round((x - mn) / scale) * scale + mn``) returns as NaN. Here
-such a group gets a scale of 1, so its codes are 0 and it comes back exactly as ``mn``.
+and a simulated quantiser that keeps the float codes (``round((x - mn) / scale) * scale + mn``) returns as NaN.
+KIVI's packed codes times the zero scale give ``mn`` back, but on a CPU the -2^31 also sets the top bit of the int32
+it is packed into: with groups shorter than the ``32 // bits`` codes of an int32, that bit belongs to a neighbouring
+group's code. Here such a group gets a scale of 1, so its codes are 0 and it comes back exactly as ``mn``.
 """
 
 from __future__ import annotations
@@ -229,6 +233,8 @@ class QuantizedKVCache(KVCache):
 
     ``update(keys, values)`` of n new tokens (B, H_kv, n, head_dim) appends them, quantises what leaves the
     window, and returns the whole cache dequantised, oldest first: exactly ``kivi_quantize`` of every token so far.
+    KIVI's decoding step runs in the other order (attention first, then quantisation), so the step that fills a
+    window reads its keys exact there; here that step already reads them quantised.
     ``nbytes`` counts what is held: packed codes, statistics and the full-precision tokens.
     """
 

@@ -6,23 +6,27 @@ heads that share one key per token (eq. 1 of the V3.2-Exp report):
 
     I[t, s] = sum_j  w[t, j] * ReLU(q_idx[t, j] . k_idx[s])
 
-``q_idx[t, j]`` and the weight ``w[t, j]`` come from the query token, ``k_idx[s]`` from the earlier token. The
-weights are signed and used as they are: DeepSeek's reference (``Indexer`` in ``inference/model.py``) scales them by
-``n_heads ** -0.5`` and ``head_dim ** -0.5`` and applies no softmax over the heads. Each query keeps the ``top_k``
-keys of highest score (2048 in V3.2), **one selection shared by all the query heads** of the main attention, and
-attends to those alone: with MLA in its MQA mode (absorbed, notebook 10) every head reads the same latents, so one
-gather serves them all. Selection is causal: a query at position ``i`` ranks keys ``0 .. i`` only. A row with fewer
-than ``top_k`` visible keys (the first ``top_k - 1`` positions of a prefill) fills its other slots with ``-1``, the
-convention of fla's ``naive_dsa_indexer``; DeepSeek's reference instead takes ``top_k`` indices among the masked
-scores and lets the causal mask hide the future ones again. Either way a padding slot is never attended.
+``q_idx[t, j]`` and the weight ``w[t, j]`` come from the query token, ``k_idx[s]`` from the earlier token. The weights
+are signed and used as they are: DeepSeek's reference (``Indexer`` in ``inference/model.py``) multiplies them by
+``n_heads ** -0.5``, ``head_dim ** -0.5`` and the index query's FP8 scale, all positive, and applies no softmax over
+the heads. Each query keeps the ``top_k`` keys of highest score (2048 in V3.2), **one selection shared by all the
+query heads** of the main attention, and attends to those alone: with MLA in its MQA mode (absorbed, notebook 10)
+every head reads the same latents, so one gather serves them all (DeepSeek's serving kernels, FlashMLA's sparse
+attention, gather; its reference code instead scores every cached key and hides the unselected ones). Selection is
+causal: a query at position ``i`` ranks keys ``0 .. i`` only. A row with fewer than ``top_k`` visible keys (the first
+``top_k - 1`` positions of a prefill) fills its other slots with ``-1``, the convention of fla's ``naive_dsa_indexer``
+and of FlashMLA's sparse kernels; DeepSeek's reference instead takes ``top_k`` indices among the masked scores and
+lets the causal mask hide the future ones again. Either way a padding slot is never attended.
 
 The indexer is warmed up against the frozen dense attention before sparse training (section 2.1 of the report): the
 main attention's weights, summed over heads and L1-normalised per query, are the target ``p``, and the loss is
 ``KL(p || softmax(I))`` (``indexer_warmup_loss``).
 
 What the course leaves out of DeepSeek's indexer: its Hadamard rotation of ``q_idx`` and ``k_idx`` and their FP8
-cast (the index scores are computed in FP8, with per-token scales); and RoPE here uses the course's rotate-half
-layout on the first ``rope_dim`` features (DeepSeek's ``apply_rotary_emb`` pairs neighbouring features).
+cast (the index scores are computed in FP8, with a float32 scale per 128 numbers: per token for the keys, per token
+and head for the queries). RoPE turns the first ``rope_dim`` features in the rotate-half (non-interleaved) layout,
+which is the layout of DeepSeek's indexer: its inference code applied the interleaved one there until DeepSeek
+corrected it (README update of 2025-11-17: non-interleaved in the indexer, interleaved in MLA).
 """
 
 from __future__ import annotations
@@ -276,7 +280,8 @@ class LightningIndexer(nn.Module):
 
     def queries(self, x, q_in, positions):
         """(index queries (B, T, H_I, d_I), weights (B, T, H_I)), the weights scaled as DeepSeek's reference scales
-        them: by n_heads ** -0.5 and head_dim ** -0.5 (the score's 1/sqrt(d) folded in)."""
+        them: by n_heads ** -0.5 and head_dim ** -0.5 (the score's 1/sqrt(d) folded in; the FP8 scale of the index
+        query that its reference folds in too has no counterpart here)."""
         b, t, _ = q_in.shape
         q = self._rotate(self.wq(q_in).view(b, t, self.n_heads, self.head_dim), positions)
         weights = self.weights_proj(x) * self.n_heads**-0.5 * self.head_dim**-0.5
@@ -316,9 +321,11 @@ class SparseLatentAttention(MultiHeadLatentAttention):
     head, and the heads attend to those alone.
 
     Same constructor as ``MultiHeadLatentAttention`` plus ``index_heads``, ``index_dim``, ``index_rope_dim`` (the
-    indexer's sizes) and ``top_k``. ``forward(x, *, cache=None, absorb=False, return_indices=False)``: explicit,
-    the dense scores with every unselected key hidden (DeepSeek's prefill path); absorbed, the selected latents
-    gathered, one gather for all heads (its decoding path, MLA in MQA mode). With ``top_k >= T`` it is MLA.
+    indexer's sizes) and ``top_k``. ``forward(x, *, cache=None, absorb=False, return_indices=False)``: explicit
+    (MLA's MHA mode, which DeepSeek prefills in), the dense scores with every unselected key hidden; absorbed (MQA
+    mode, which DeepSeek decodes in), the selected latents gathered, one gather for all heads, as a sparse attention
+    kernel does (DeepSeek's reference code decodes with the unselected latents hidden instead: the same output).
+    With ``top_k >= T`` it is MLA.
     """
 
     def __init__(

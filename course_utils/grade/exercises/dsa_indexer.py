@@ -135,6 +135,23 @@ def _variants():
     return [ok] + [m.variant for m in mutants()]
 
 
+def selections_apart(args) -> bool:
+    """Every mistake of the scores (the ReLU left out, the heads' weights softmaxed or all one, a selection per head)
+    selects other keys than the reference in some row that must choose, so that each is caught by the same cases on
+    every draw (the same wrong answer, the same score): on its own draw, a mistake may happen to keep every row's
+    top-k."""
+    q, k, v_, q_idx, k_idx, weights, top_k = args
+    t = k_idx.shape[1]
+    if top_k >= t:  # no row chooses: no mistake of the scores can show, on any draw
+        return True
+    ok = DsaVariant()
+    chosen = as_sets(select(index_scores(q_idx, k_idx, weights, ok), top_k, ok))
+    for v in (replace(ok, relu=False), replace(ok, weights="softmax"), replace(ok, weights="ones")):
+        if torch.equal(as_sets(select(index_scores(q_idx, k_idx, weights, v), top_k, v)), chosen):
+            return False
+    return True
+
+
 def draw_args(g, b, h, t, d, d_i, top_k, bias=2.0, tries=200):
     """Arguments drawn until no variant meets a tie at its top-k boundary (h index heads, as many as the attention's).
     ``bias``: a shared direction added to the index queries and keys, so that most of their dot products are
@@ -148,7 +165,7 @@ def draw_args(g, b, h, t, d, d_i, top_k, bias=2.0, tries=200):
         k_idx = torch.randn(b, t, d_i, generator=g) + bias * u
         weights = torch.randn(b, t, h, generator=g)
         args = (q, k, v, q_idx, k_idx, weights, top_k)
-        if well_separated(args, _variants()):
+        if well_separated(args, _variants()) and selections_apart(args):
             return args
     raise RuntimeError("no case without a tie at the top-k boundary in 200 draws")  # never met: a tie is rare
 
