@@ -1,11 +1,9 @@
 """Every exercise the registry finds keeps the contract of the grader's house: its texts complete in both languages
-(each mistake it can name, each case title), none of its texts unused, its notebooks where the READMEs and indexes
-say, its points those its notebook's check cell is worth; and graded the same four ways on its fixture (fixtures.py,
-one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant is named and
-its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared (and its fixture,
-tests/grader_cases/<id>.py, found the same way: fixtures.py)."""
-
-from pathlib import Path
+(each mistake it can name, each case title), none of its texts unused, and graded the same four ways on its fixture
+(fixtures.py, one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant
+is named and its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared (and
+its fixture, tests/grader_cases/<id>.py, found the same way: fixtures.py). Its rows in the READMEs and indexes:
+tests/course/test_tables.py; its points: tests/grade/test_registry.py."""
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ from course_utils.grade.types import Mutant
 from tests.conftest import assert_reads_cleanly
 from tests.grade.exercises.fixtures import FIXTURES, Fixture
 
-ROOT = Path(__file__).resolve().parents[3]
 ON_CASES = [ex for ex in EXERCISES.values() if ex.kind != "model"]
 
 
@@ -85,23 +82,6 @@ def test_each_exercise_key_names_one_text_per_wording():
             if "+" in mutant.key:
                 continue
             assert owner.setdefault(mutant.message.key, mutant.key) == mutant.key, (ex.id, mutant.message.key)
-
-
-@pytest.mark.parametrize(
-    "readme,prefix",
-    [
-        ("README.md", ""),
-        ("README.zh-CN.md", "zh-CN/"),
-        ("notebooks/README.md", ""),
-        ("notebooks/zh-CN/README.md", "zh-CN/"),
-    ],
-)
-def test_the_readmes_list_every_exercise(readme, prefix):
-    text = (ROOT / readme).read_text(encoding="utf-8")
-    for ex in EXERCISES.values():
-        for folder in ("exercises", "solutions"):
-            assert f"{folder}/{prefix}{ex.notebook}.ipynb)" in text, (readme, ex.id, folder)
-            assert (ROOT / folder / prefix / f"{ex.notebook}.ipynb").exists(), (ex.id, folder)
 
 
 def _tensors(value) -> list:
