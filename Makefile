@@ -27,9 +27,15 @@ LAB_ARGS ?=
 NBGRADER_VENV ?= .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
 NBGRADER_PIP_ARGS ?=
-# the workshop hub: JupyterHub in the instructors' environment, its proxy from npm
-HUB_STAMP := $(NBGRADER_VENV)/.installed-hub
+# the workshop hub (instructors/jupyterhub/install.py, as root): its own environment, the learners' copy of the course
+# and the hub's files in HUB_DIR, apart from this clone; HUB_PYTHON builds it (>= 3.11.5, runnable by every account,
+# or HUB_INSTALL_ARGS=--copy-python to copy it into HUB_DIR); its proxy from npm
+HUB_DIR ?= /srv/attention-by-hand
+HUB_PYTHON ?= $(PYTHON)
+HUB_INSTALL_ARGS ?=
 CHP_VERSION ?= 5.3.0
+# make test-hub installs a hub of its own here (kept, so that a second run is quick)
+HUB_TEST_DIR ?= /var/tmp/attention-by-hand-hub-test
 
 .PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
 
@@ -47,17 +53,17 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
-	@echo "make progress     your own progress through the exercises (recorded by each check(), on this machine only)"
+	@echo "make progress     your own progress through the exercises (recorded by each check() where the kernel runs)"
 	@echo "make progress-clear   delete that record"
 	@echo "make test-browser drive JupyterLab in headless Chromium"
 	@echo "make nbgrader-setup   install nbgrader for instructors into $(NBGRADER_VENV)"
 	@echo "make test-nbgrader    nbgrader's round trip on solutions/: generate, release, submit, collect, autograde"
-	@echo "make hub-setup    install the workshop hub (JupyterHub, its proxy, nbgrader) into $(NBGRADER_VENV)"
-	@echo "make test-hub     a real JupyterHub on localhost: three learners in Chromium, the instructor grades"
+	@echo "make hub-setup    install the workshop hub (JupyterHub, the course, nbgrader, the exchange) into HUB_DIR (root)"
+	@echo "make test-hub     the installed hub on localhost (root): Unix learners in Chromium, the attacks, the grading"
 
 setup: $(COURSE_STAMP)
 
-$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json)
+$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first, from the index TORCH_INDEX picks (a torch already installed at the pinned version stays)
 	@index="$(TORCH_INDEX)"; \
@@ -116,8 +122,8 @@ lab-zh: $(COURSE_STAMP)
 		--LabApp.default_url=/lab/tree/notebooks/zh-CN/README.md $(LAB_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check course_utils authoring benchmarks tests
-	$(VENV)/bin/ruff format --check course_utils authoring benchmarks tests
+	$(VENV)/bin/ruff check course_utils authoring benchmarks tests etc
+	$(VENV)/bin/ruff format --check course_utils authoring benchmarks tests etc
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint
@@ -152,14 +158,18 @@ check-exercises: $(STAMP)
 twins: $(STAMP)
 	@# code from the English notebooks, Chinese markdown kept by cell id; twins whose code changed are re-run
 	$(PY) -m authoring.twins sync --execute changed || test $$? -eq 1
-	@$(MAKE) --no-print-directory exercises
+	@# the exercises' two commands, not a recursive make: a sub-make would check the environment's stamps again
+	@# without the options this make was given (make -o .venv/.installed twins must install nothing)
+	$(PY) -m authoring.exercises solutions exercises
+	$(PY) -m authoring.exercises solutions/zh-CN exercises/zh-CN
 	$(PY) -m authoring.twins check
 
 check-twins: $(STAMP)
 	$(PY) -m authoring.twins check
 
 grade: $(STAMP)
-	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds
+	@# exit code 1 means "graded, not everyone passed": the report is written, so make succeeds (2: nothing to grade)
+	@# SUBMISSIONS: a folder of files, or nbgrader's collected folder (submitted/, a folder per learner)
 	@# GRADE_ARGS passes more, e.g. GRADE_ARGS="--lang zh --exercise mha --timeout 60" (see --help)
 	$(PY) -m course_utils.grade --batch "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS) || test $$? -eq 1
 
@@ -183,20 +193,16 @@ test-nbgrader: $(STAMP)
 	@$(MAKE) --no-print-directory nbgrader-setup || echo "make nbgrader-setup failed: the round-trip test will say why"
 	RUN_NBGRADER_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs tests/nbgrader -v
 
-hub-setup: $(HUB_STAMP)
-
-$(HUB_STAMP): requirements-hub.txt $(NBGRADER_STAMP)
-	@command -v npm >/dev/null || { echo "the hub's proxy comes from npm: install Node.js and npm (apt-get install npm)" >&2; exit 1; }
-	$(NBGRADER_VENV)/bin/python -m pip install -q $(NBGRADER_PIP_ARGS) -r requirements-hub.txt
-	npm install --silent --no-audit --no-fund --prefix $(NBGRADER_VENV)/proxy configurable-http-proxy@$(CHP_VERSION)
-	@# the course's JupyterLab settings for every learner's server (the Markdown preview for the index, no news)
-	mkdir -p $(NBGRADER_VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(NBGRADER_VENV)/share/jupyter/lab/settings/
-	@touch $@
+hub-setup:
+	@# as root: learners' servers run as their own Unix users, from HUB_DIR (readable by all, writable by root only)
+	$(HUB_PYTHON) instructors/jupyterhub/install.py --prefix "$(HUB_DIR)" --chp-version $(CHP_VERSION) $(HUB_INSTALL_ARGS)
 
 test-hub: $(STAMP)
-	@# where the hub cannot be installed the test is skipped and says why (in CI, CI=true, it fails instead)
-	@$(MAKE) --no-print-directory hub-setup || echo "make hub-setup failed: the workshop test will say why"
-	RUN_HUB_TESTS=1 NBGRADER_VENV=$(NBGRADER_VENV) $(PY) -m pytest -p no:xdist -rs -s tests/hub -v
+	@# where the hub cannot be installed (not root, no npm) the test is skipped and says why (in CI, CI=true, it fails)
+	@# the test's hub: this Python copied into it (a pyenv Python under /root is not runnable by learners), no triton
+	@$(MAKE) --no-print-directory hub-setup HUB_DIR="$(HUB_TEST_DIR)" HUB_PYTHON="$(PY)" \
+		HUB_INSTALL_ARGS="--copy-python --without-triton" || echo "make hub-setup failed: the workshop test will say why"
+	RUN_HUB_TESTS=1 HUB_DIR="$(HUB_TEST_DIR)" $(PY) -m pytest -p no:xdist -rs -s tests/hub -v
 
 progress: $(COURSE_STAMP)
 	@# what check() recorded: exercises passed, mistakes named and fixed, time spent (FIGURE=progress.png saves a figure)

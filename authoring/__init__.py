@@ -5,3 +5,8 @@
 
 ``make twins`` and ``make exercises`` run them.
 """
+
+# The kernelspec JupyterLab writes into a notebook it opens with ipykernel's python3 kernel. A notebook saved with
+# another display name ("Python 3") is rewritten by JupyterLab and autosaved: a learner who only read it would find
+# it modified. Every notebook the tools write carries this one (tests/course/test_notebook_metadata.py checks all).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

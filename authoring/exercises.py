@@ -24,6 +24,8 @@ from pathlib import Path
 
 import nbformat
 
+from authoring import KERNELSPEC
+
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB = ("# YOUR CODE HERE", 'raise NotImplementedError("your code here")')
@@ -71,6 +73,7 @@ def make_exercise(nb, name: str = "notebook"):
         raise ValueError(f"{name}: nbformat {nb.nbformat}.{nb.nbformat_minor} has no cell ids; save it as 4.5 or later")
     for key in _NB_META_DROP:
         nb.metadata.pop(key, None)
+    nb.metadata.kernelspec = dict(KERNELSPEC)  # what JupyterLab writes: opening an exercise leaves it unchanged
     for cell in nb.cells:
         cell_id = cell.get("id")
         if not cell_id:

@@ -30,6 +30,8 @@ import re
 import sys
 from pathlib import Path
 
+from authoring import KERNELSPEC
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("notebooks", "solutions")
 ZH = "zh-CN"
@@ -119,6 +121,7 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
     else:
         meta.pop("widgets", None)
     meta[NB_META] = {"lang": ZH}
+    meta["kernelspec"] = dict(KERNELSPEC)  # what JupyterLab writes: opening a twin leaves it unchanged
     out = {k: copy.deepcopy(v) for k, v in english.items() if k not in ("cells", "metadata")}
     out.update(cells=cells, metadata=meta)
     return out, code_changed

@@ -35,7 +35,7 @@ def bench_context_parallel_bytes(cfg, log):
             want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             entry = {}
             for method in METHODS:
-                got, _, sent, _ = run_local(
+                got, _, sent, _, _ = run_local(
                     world_size, seq_len, method, causal=True, layout="contiguous", heads=heads, timeout_s=p["timeout_s"]
                 )
                 error = (got - want).abs().max().item()
@@ -73,7 +73,7 @@ def bench_ring_step_time(cfg, log):
         torch.set_num_threads(threads)
     out = {"sdpa_seconds": sdpa}
     for world_size in p["time_world_sizes"]:
-        _, _, _, seconds = run_local(
+        _, _, _, seconds, _ = run_local(
             world_size,
             seq_len,
             "ring",

@@ -8,6 +8,7 @@ import sys
 
 from .data import BOOK_TOKENS, book_batch, book_inputs
 from .device import DEVICE_ENV_VAR, get_device, synchronize
+from .lang import pick
 from .memory import TensorMemoryTracker, peak_tensor_bytes
 from .reference.attention import (
     CausalAttention,
@@ -101,6 +102,7 @@ __all__ = [
     "kv_cache_bytes",
     "mha_to_gqa",
     "padding_mask",
+    "pick",
     "repeat_kv",
     "simple_self_attention",
     "synchronize",

@@ -9,6 +9,8 @@ import os
 
 import torch
 
+from .lang import pick
+
 DEVICE_ENV_VAR = "ATTN_DEVICE"
 
 
@@ -24,13 +26,33 @@ def get_device(prefer: str | None = None) -> torch.device:
         try:
             device = torch.device(name)
         except RuntimeError as err:
-            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} is not a device name (cpu, cuda, cuda:1, mps)") from err
+            raise ValueError(
+                pick(
+                    f"{DEVICE_ENV_VAR}={name!r} is not a device name (cpu, cuda, cuda:1, mps)",
+                    f"{DEVICE_ENV_VAR}={name!r} 不是设备名（cpu、cuda、cuda:1、mps）",
+                )
+            ) from err
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for CUDA, but torch sees no CUDA device")
+            raise ValueError(
+                pick(
+                    f"{DEVICE_ENV_VAR}={name!r} asks for CUDA, but torch sees no CUDA device",
+                    f"{DEVICE_ENV_VAR}={name!r} 要求使用 CUDA，但 torch 找不到 CUDA 设备",
+                )
+            )
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"{DEVICE_ENV_VAR}={name!r}: torch sees only {torch.cuda.device_count()} CUDA device(s)")
+            raise ValueError(
+                pick(
+                    f"{DEVICE_ENV_VAR}={name!r}: torch sees only {torch.cuda.device_count()} CUDA device(s)",
+                    f"{DEVICE_ENV_VAR}={name!r}：torch 只找到 {torch.cuda.device_count()} 个 CUDA 设备",
+                )
+            )
         if device.type == "mps" and not _mps_available():
-            raise ValueError(f"{DEVICE_ENV_VAR}={name!r} asks for MPS, but torch sees no MPS device")
+            raise ValueError(
+                pick(
+                    f"{DEVICE_ENV_VAR}={name!r} asks for MPS, but torch sees no MPS device",
+                    f"{DEVICE_ENV_VAR}={name!r} 要求使用 MPS，但 torch 找不到 MPS 设备",
+                )
+            )
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")

@@ -12,6 +12,9 @@
 - a legend covering the data; a bar of height 0 with no value written (it reads as missing data); cells the colour
   of the background; bars on a log axis (their lengths understate the ratios); shapes whose heights differ on an axis
   with neither ticks nor a label;
+- an axis of numbers with a single labelled tick in its range (a value cannot be read off it), and fractional
+  tick labels ("0.5", "-0.50") on an axis of counts or indices: a heatmap's rows and columns, or data that are
+  all whole numbers;
 - a colour a text names ("orange: first copy") that no artist shows at full strength (a tint over an image is
   another colour); a key in words ("orange: masked, grey: skipped") that leaves out a colour drawn; one panel
   tagged with a verdict ("WRONG") and another not;
@@ -123,6 +126,7 @@ def figure_problems(fig, chinese: bool = False) -> list[str]:
         problems += [f"{name}: {p}" for p in _bar_problems(ax, renderer)]
         problems += [f"{name}: {p}" for p in _log_bar_problems(ax)]
         problems += [f"{name}: {p}" for p in _unread_height_problems(ax)]
+        problems += [f"{name}: {p}" for p in _tick_problems(ax)]
     problems += _overlaps(_texts(fig, axes, renderer))
     problems += [p for ax in axes if ax.axison for p in _crowded_ticks(ax, renderer)]
     problems += _colour_problems(plots)
@@ -472,6 +476,70 @@ def _unread_height_problems(ax):
             problems.append(
                 f"shapes of {len(sizes)} different {'heights' if axis is ax.yaxis else 'widths'} on a "
                 f"{axis.axis_name} axis with neither ticks nor a label: say what the {axis.axis_name} size means"
+            )
+    return problems
+
+
+def _whole(values) -> bool:
+    values = np.asarray(values, dtype=float).ravel()
+    values = values[np.isfinite(values)]
+    return values.size > 0 and bool(np.all(np.abs(values - np.round(values)) < 1e-9))
+
+
+def _counts_or_indices(ax, axis) -> bool:
+    """Whether ``axis`` shows whole numbers only: the rows or columns of an image placed at its cells' indices (the
+    default extent), or an x axis whose plotted data (lines and points in data coordinates, bars) are all whole, with
+    at least two different values (ranks, steps, heads, tokens). A y axis of whole values may be a measurement that
+    happens to be whole, so only an image makes it one."""
+    x = axis is ax.xaxis
+    for image in _images(ax):
+        array = _image_array(image)
+        if array is None or not isinstance(image, AxesImage):
+            continue
+        left, right, bottom, top = image.get_extent()
+        rows, cols = array.shape
+        low, high = (left, right) if x else sorted((bottom, top))
+        if math.isclose(low, -0.5) and math.isclose(high, (cols if x else rows) - 0.5):
+            return True
+    if _images(ax) or not x:
+        return False
+    coords = [
+        np.asarray(line.get_xdata(), dtype=float)
+        for line in ax.get_lines()
+        if line.get_visible() and line.get_transform() == ax.transData
+    ]
+    points = [np.asarray(c.get_offsets(), dtype=float) for c in ax.collections if isinstance(c, PathCollection)]
+    coords += [offsets[:, 0] for offsets in points if offsets.ndim == 2 and len(offsets)]
+    coords += [np.array([patch.get_x() + patch.get_width() / 2]) for patch in _bars(ax)]
+    values = np.concatenate([c.ravel() for c in coords]) if coords else np.array([])
+    return _whole(values) and len(np.unique(values[np.isfinite(values)])) > 1
+
+
+def _tick_value(text: str) -> float | None:
+    try:
+        return float(text.replace("\u2212", "-").replace(",", "").strip())
+    except ValueError:
+        return None
+
+
+def _tick_problems(ax):
+    """An axis of numbers needs two labelled ticks to read a value off it; counts and indices need whole ticks."""
+    if not ax.axison:
+        return []
+    problems = []
+    for axis in (ax.xaxis, ax.yaxis):
+        labels = list(dict.fromkeys(t.get_text() for t in _tick_labels(axis)))
+        numbers = [t for t in labels if _tick_value(t) is not None]
+        if len(labels) == 1 and numbers:
+            problems.append(
+                f"a single labelled tick ({numbers[0]!r}) on the {axis.axis_name} axis: a value cannot be read off "
+                "it (label more ticks: set_*ticks with the values the text quotes, or minor labels on a log axis)"
+            )
+        fractional = [t for t in numbers if not _whole([_tick_value(t)])]
+        if fractional and _counts_or_indices(ax, axis):
+            problems.append(
+                f"fractional tick labels ({', '.join(repr(t) for t in fractional[:3])}) on the {axis.axis_name} "
+                "axis of counts or indices: give it whole ticks (set_*ticks(range(...)) or MaxNLocator(integer=True))"
             )
     return problems
 

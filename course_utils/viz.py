@@ -278,7 +278,12 @@ class Countdown:
 
         self.total_s = int(round(minutes * 60))
         if self.total_s <= 0:
-            raise ValueError(f"minutes must be positive, got {minutes}")
+            raise ValueError(
+                pick(
+                    f"minutes must be positive, got {minutes}",
+                    f"minutes 必须为正，收到的是 {minutes}",
+                )
+            )
         self.play = widgets.Play(value=0, min=0, max=self.total_s, step=1, interval=1000, show_repeat=False)
         self.bar = widgets.IntProgress(value=0, min=0, max=self.total_s, layout=widgets.Layout(width="240px"))
         self._link = widgets.jslink((self.play, "value"), (self.bar, "value"))
@@ -303,10 +308,13 @@ class Countdown:
         self.bar.bar_style = "danger" if self.elapsed_s >= self.total_s else ""
 
     def stop(self) -> str:
-        """Pause the clock; returns the time used."""
+        """Pause the clock; returns a line saying so, with the time used (▶ starts the clock again)."""
         self.play.playing = False
         used, total = _clock(self.elapsed_s), _clock(self.total_s)
-        return pick(f"time used: {used} of {total}", f"用时 {used}（共 {total}）")
+        return pick(
+            f"clock paused: time used {used} of {total} (▶ on the clock goes on)",
+            f"计时已暂停：用时 {used}（共 {total}）（按计时器上的 ▶ 继续）",
+        )
 
     def _ipython_display_(self):
         from IPython.display import display

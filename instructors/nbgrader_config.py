@@ -2,6 +2,7 @@
 (next to source/). The README's "For instructors" section walks through the whole workflow;
 tests/nbgrader/test_roundtrip.py runs it with this file.
 """
+
 from nbgrader.converters import GenerateAssignment
 from nbgrader.preprocessors import ClearSolutions
 
@@ -9,7 +10,8 @@ c = get_config()  # noqa: F821 - defined by traitlets when nbgrader loads this f
 
 # The name of the course in nbgrader's exchange (release, fetch, submit, collect); any short id will do.
 c.CourseDirectory.course_id = "attention-by-hand"
-# The exchange is a folder every learner can write to; nbgrader's default is /srv/nbgrader/exchange.
+# The exchange is a folder every learner can write to; nbgrader's default is /srv/nbgrader/exchange. There a
+# submission's name says whose it is: the workshop hub (instructors/jupyterhub/) sets its exchange service instead.
 # c.Exchange.root = "/srv/nbgrader/exchange"
 
 # The learners' copies nbgrader generates are the repository's exercises/, cell for cell (the round-trip test
@@ -29,5 +31,7 @@ class ClearSolutionsKeepRunAll(ClearSolutions):
         return replaced
 
 
-c.GenerateAssignment.preprocessors = [ClearSolutionsKeepRunAll if p is ClearSolutions else p
-                                      for p in GenerateAssignment.class_traits()["preprocessors"].default()]
+c.GenerateAssignment.preprocessors = [
+    ClearSolutionsKeepRunAll if p is ClearSolutions else p
+    for p in GenerateAssignment.class_traits()["preprocessors"].default()
+]

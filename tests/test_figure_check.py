@@ -30,7 +30,7 @@ def test_a_figure_that_tells_its_story_passes():
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3.5))
     ax0.plot([1, 2, 3], [1, 4, 9], "o-", color="tab:blue", label="loop")
     ax0.plot([1, 2, 3], [1, 2, 3], "s-", color="tab:orange", label="batched")
-    ax0.set_xlabel("heads"), ax0.set_ylabel("ms"), ax0.legend(loc="upper left")
+    ax0.set_xlabel("heads"), ax0.set_ylabel("ms"), ax0.legend(loc="upper left"), ax0.set_xticks([1, 2, 3])
     viz.plot_attention(torch.softmax(torch.randn(4, 4), -1), list("abcd"), ax=ax1, title="weights")
     fig.tight_layout()
     assert figure_problems(fig) == []
@@ -113,6 +113,7 @@ def test_a_mask_needs_a_key_and_no_cell_in_the_background_colour():
     ax.imshow(np.tril(np.ones((4, 4))), cmap="Greys", vmin=-0.5, vmax=1.5)
     ax.images[0].remove()
     ax.set_title("mask (dark = hidden)")
+    ax.set_xticks(range(4)), ax.set_yticks(range(4))  # rows and columns are indices
     assert problems_of(fig) == ""
 
 
@@ -127,6 +128,7 @@ def test_a_reference_line_needs_a_name():
     fig, ax = plt.subplots()
     ax.plot([0, 1, 2], [0, 1, 4], label="loss")
     ax.axvline(1, ls="--", color="gray")
+    ax.set_xticks([0, 1, 2])
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(loc="upper left")
     assert "a dashed line (#808080) that no legend or text names" in problems_of(fig)
     ax.text(1.05, 3, "phase change")
@@ -245,7 +247,13 @@ def test_a_colour_named_in_a_text_is_the_colour_drawn():
 def test_panels_are_tagged_all_or_none():
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))
     for ax, title in zip(axes, ("is_causal=True: WRONG", "bottom-right mask"), strict=True):
-        ax.plot([0, 1], [0, 1]), ax.set_title(title), ax.set_xlabel("key"), ax.set_ylabel("query")
+        (
+            ax.plot([0, 1], [0, 1]),
+            ax.set_title(title),
+            ax.set_xlabel("key"),
+            ax.set_ylabel("query"),
+            ax.set_xticks([0, 1]),
+        )
     assert "panel 'is_causal=True: WRONG' carries a verdict and panel 'bottom-right mask' none" in problems_of(fig)
     axes[1].set_title("bottom-right mask: RIGHT")
     assert problems_of(fig) == ""
@@ -288,3 +296,44 @@ def test_a_key_in_words_names_every_colour():
     assert "the texts name orange, grey but not the colour #1f77b4" in problems_of(fig)
     ax.set_title("tiles (orange: masked inside, blue: computed, grey: skipped)")
     assert problems_of(fig) == ""
+
+
+def test_an_axis_of_numbers_needs_two_labelled_ticks():
+    """Notebook 15's bytes figure once had "1000" alone on its log axis: the MiB its text quotes could not be read."""
+    fig, ax = plt.subplots()
+    ax.plot([2, 4, 8], [448, 504, 1792], "o-", color="tab:blue")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_xlabel("ranks"), ax.set_ylabel("MiB")
+    assert "a single labelled tick ('1000') on the y axis" in problems_of(fig)
+    ax.set_yticks([448, 1000, 1792], labels=["448", "1000", "1792"])
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
+    assert "single labelled tick" not in problems_of(fig)
+
+
+def test_the_rows_and_columns_of_a_heatmap_get_whole_ticks():
+    """Notebook 14's tiles widget once numbered its blocks -0.50, 0.00, 0.50 ... for a 2 x 2 grid."""
+    fig, ax = plt.subplots()
+    im = ax.imshow(np.arange(4.0).reshape(2, 2))
+    fig.colorbar(im, ax=ax, label="value")
+    ax.set_xlabel("key block"), ax.set_ylabel("query block")
+    found = problems_of(fig)
+    assert "fractional tick labels ('−0.50', '−0.25', '0.25') on the x axis of counts or indices" in found
+    assert "on the y axis of counts or indices" in found
+    ax.set_xticks(range(2)), ax.set_yticks(range(2))
+    assert "fractional" not in problems_of(fig)
+
+
+def test_counts_get_whole_ticks_and_measurements_keep_theirs():
+    fig, (counts, seconds) = plt.subplots(1, 2, figsize=(8, 3))
+    counts.plot([1, 2, 3], [5, 7, 6], "o-", color="tab:blue")  # x: 1.00, 1.25, ... steps of what is counted
+    counts.set_xlabel("ranks"), counts.set_ylabel("ms")
+    seconds.plot([0.1, 0.2, 0.3], [5, 7, 6], "o-", color="tab:blue")
+    seconds.set_xlabel("seconds"), seconds.set_ylabel("ms")
+    fig.tight_layout()
+    found = problems_of(fig)
+    assert "fractional tick labels" in found and "on the x axis of counts" in found
+    assert found.count("fractional") == 1, found  # 0.15 s is a value, not a fraction of a count
+    counts.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    assert "fractional" not in problems_of(fig)

@@ -29,10 +29,10 @@ def test_the_bar_follows_the_clock_in_the_browser():
     assert timer.widget.children == (timer.play, timer.bar, timer.label)
 
 
-def test_stop_pauses_and_says_the_time_used():
+def test_stop_pauses_and_says_so_with_the_time_used():
     timer = Countdown(minutes=0.5)
     timer.play.playing, timer.play.value = True, 7
-    assert timer.stop() == "time used: 0:07 of 0:30"
+    assert timer.stop() == "clock paused: time used 0:07 of 0:30 (▶ on the clock goes on)"
     assert timer.play.playing is False
 
 
@@ -67,7 +67,10 @@ def test_run_all_keeps_a_running_timers_time(folder):
     assert kernel["timer"] is first and kernel["timer"].elapsed_s == 185 and first.play.playing
     used = {}
     exec(_cell(notebook, "timer-stop").replace("print(", "used['text'] = ("), {**kernel, "used": used})
-    assert used["text"] in ("time used: 3:05 of 20:00", "用时 3:05（共 20:00）")
+    assert used["text"] in (
+        "clock paused: time used 3:05 of 20:00 (▶ on the clock goes on)",
+        "计时已暂停：用时 3:05（共 20:00）（按计时器上的 ▶ 继续）",
+    )
     first.play.value = 0  # ■: back to zero, so the next run of the cell starts a new countdown
     exec(_cell(notebook, "timer"), kernel)
     assert kernel["timer"] is not first and kernel["timer"].elapsed_s == 0

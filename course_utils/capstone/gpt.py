@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..lang import pick
 from ..reference._checks import check_divisible
 from ..reference.interop import mha_to_gqa
 from ..reference.kv_cache import KVCache
@@ -46,7 +47,12 @@ class GPTConfig:
     def __post_init__(self):
         for name in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"GPTConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+                raise ValueError(
+                    pick(
+                        f"GPTConfig.{name} must be a positive int, got {getattr(self, name)!r}",
+                        f"GPTConfig.{name} 必须是正整数，收到的是 {getattr(self, name)!r}",
+                    )
+                )
         if self.n_kv_groups is None:
             self.n_kv_groups = self.n_heads
         check_divisible(self.emb_dim, self.n_heads, f"emb_dim ({self.emb_dim}) and n_heads ({self.n_heads})")
@@ -54,14 +60,24 @@ class GPTConfig:
             self.n_heads, self.n_kv_groups, f"n_heads ({self.n_heads}) and n_kv_groups ({self.n_kv_groups})"
         )
         if self.positions not in POSITIONS:
-            raise ValueError(f"GPTConfig.positions={self.positions!r}; known: {', '.join(POSITIONS)}")
+            raise ValueError(
+                pick(
+                    f"GPTConfig.positions={self.positions!r}; known: {', '.join(POSITIONS)}",
+                    f"GPTConfig.positions={self.positions!r}；可用的是 {', '.join(POSITIONS)}",
+                )
+            )
 
     @classmethod
     def from_dict(cls, values: dict) -> "GPTConfig":
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown GPTConfig fields {unknown}; known: {sorted(known)}")
+            raise ValueError(
+                pick(
+                    f"unknown GPTConfig fields {unknown}; known: {sorted(known)}",
+                    f"未知的 GPTConfig 字段 {unknown}；可用的是 {sorted(known)}",
+                )
+            )
         return cls(**values)
 
 
@@ -189,30 +205,61 @@ class GPT(nn.Module):
         if not isinstance(idx, torch.Tensor) or idx.ndim != 2:
             shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
             raise ValueError(
-                f"idx must be a (batch, num_tokens) tensor of token ids, got {shape}"
-                + (
-                    "; add a batch axis with idx.unsqueeze(0)"
-                    if isinstance(idx, torch.Tensor) and idx.ndim == 1
-                    else ""
+                pick(
+                    f"idx must be a (batch, num_tokens) tensor of token ids, got {shape}"
+                    + (
+                        "; add a batch axis with idx.unsqueeze(0)"
+                        if isinstance(idx, torch.Tensor) and idx.ndim == 1
+                        else ""
+                    ),
+                    f"idx 必须是由 token id 组成的 (batch, num_tokens) 张量，收到的是 {shape}"
+                    + (
+                        "；用 idx.unsqueeze(0) 加上 batch 轴" if isinstance(idx, torch.Tensor) and idx.ndim == 1 else ""
+                    ),
                 )
             )
         if idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must hold integer token ids (int64), got dtype {idx.dtype}")
+            raise ValueError(
+                pick(
+                    f"idx must hold integer token ids (int64), got dtype {idx.dtype}",
+                    f"idx 必须是整数 token id（int64），收到的 dtype 是 {idx.dtype}",
+                )
+            )
         if idx.shape[1] == 0:
-            raise ValueError("idx has no tokens")
+            raise ValueError(
+                pick(
+                    "idx has no tokens",
+                    "idx 里没有 token",
+                )
+            )
         if start + idx.shape[1] > self.config.context_length:
             cached = f"{start} cached + " if start else ""
-            raise ValueError(f"{cached}{idx.shape[1]} tokens exceed context_length={self.config.context_length}")
+            raise ValueError(
+                pick(
+                    f"{cached}{idx.shape[1]} tokens exceed context_length={self.config.context_length}",
+                    f"{cached}{idx.shape[1]} 个 token 超过了 context_length={self.config.context_length}",
+                )
+            )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(
-                f"token ids must lie in [0, {self.config.vocab_size - 1}], got [{int(idx.min())}, {int(idx.max())}]"
+                pick(
+                    f"token ids must lie in [0, {self.config.vocab_size - 1}], "
+                    f"got [{int(idx.min())}, {int(idx.max())}]",
+                    f"token id 必须在 [0, {self.config.vocab_size - 1}] 之内，"
+                    f"收到的范围是 [{int(idx.min())}, {int(idx.max())}]",
+                )
             )
 
     def forward(self, idx, caches: list[KVCache] | None = None, return_weights: bool = False):
         start = 0
         if caches is not None:
             if len(caches) != len(self.blocks):
-                raise ValueError(f"got {len(caches)} caches for {len(self.blocks)} layers; use make_caches()")
+                raise ValueError(
+                    pick(
+                        f"got {len(caches)} caches for {len(self.blocks)} layers; use make_caches()",
+                        f"{len(self.blocks)} 层却给了 {len(caches)} 个缓存；请用 make_caches()",
+                    )
+                )
             start = caches[0].seq_len
         self._check_idx(idx, start)
         x = self.drop_emb(self.pos(self.tok_emb(idx), start))  # (B, T, C)
@@ -242,19 +289,43 @@ class GPT(nn.Module):
         """
         self._check_idx(idx, 0)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+            raise ValueError(
+                pick(
+                    f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}",
+                    f"max_new_tokens 必须是非负整数，收到的是 {max_new_tokens!r}",
+                )
+            )
         total = idx.shape[1] + max_new_tokens
         if total > self.config.context_length:
             raise ValueError(
-                f"prompt of {idx.shape[1]} tokens + max_new_tokens={max_new_tokens} = {total} exceed "
-                f"context_length={self.config.context_length} (learned positions cannot go further)"
+                pick(
+                    f"prompt of {idx.shape[1]} tokens + max_new_tokens={max_new_tokens} = {total} exceed "
+                    f"context_length={self.config.context_length} (learned positions cannot go further)",
+                    f"提示词 {idx.shape[1]} 个 token + max_new_tokens={max_new_tokens} = {total}，"
+                    f"超过了 context_length={self.config.context_length}（学出来的位置编码不能再往后）",
+                )
             )
         if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+            raise ValueError(
+                pick(
+                    f"temperature must be >= 0 (0 = greedy), got {temperature}",
+                    f"temperature 必须 >= 0（0 = 贪心），收到的是 {temperature}",
+                )
+            )
         if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
-            raise ValueError(f"top_k must lie in [1, vocab_size={self.config.vocab_size}], got {top_k}")
+            raise ValueError(
+                pick(
+                    f"top_k must lie in [1, vocab_size={self.config.vocab_size}], got {top_k}",
+                    f"top_k 必须在 [1, vocab_size={self.config.vocab_size}] 之内，收到的是 {top_k}",
+                )
+            )
         if cache not in ("growing", "preallocated", None):
-            raise ValueError(f"cache must be 'growing', 'preallocated' or None, got {cache!r}")
+            raise ValueError(
+                pick(
+                    f"cache must be 'growing', 'preallocated' or None, got {cache!r}",
+                    f"cache 必须是 'growing'、'preallocated' 或 None，收到的是 {cache!r}",
+                )
+            )
 
         caches = None
         if cache is not None:
@@ -298,7 +369,12 @@ class GPT(nn.Module):
         missing, unexpected = model.load_state_dict(checkpoint["state_dict"], strict=False)
         missing = [k for k in missing if not k.endswith("attn.mask") and k != "out_head.weight"]
         if missing or unexpected:
-            raise ValueError(f"checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+            raise ValueError(
+                pick(
+                    f"checkpoint does not fit the model: missing {missing}, unexpected {unexpected}",
+                    f"checkpoint 与模型对不上：缺少 {missing}，多出 {unexpected}",
+                )
+            )
         return model.to(map_location)
 
 
@@ -350,10 +426,20 @@ def ablate_heads(model: GPT, heads, replace_with=None):
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ValueError(f"head ({layer}, {head}) does not exist: layers 0..{n_layers - 1}, heads 0..{n_heads - 1}")
+            raise ValueError(
+                pick(
+                    f"head ({layer}, {head}) does not exist: layers 0..{n_layers - 1}, heads 0..{n_heads - 1}",
+                    f"头 ({layer}, {head}) 不存在：层号 0..{n_layers - 1}，头号 0..{n_heads - 1}",
+                )
+            )
     unused = set(replace_with) - set(heads)
     if unused:
-        raise ValueError(f"replace_with names heads that are not ablated: {sorted(unused)}")
+        raise ValueError(
+            pick(
+                f"replace_with names heads that are not ablated: {sorted(unused)}",
+                f"replace_with 里有没被消融的头：{sorted(unused)}",
+            )
+        )
     head_dim = model.config.emb_dim // n_heads
     handles = []
     for layer in sorted({layer for layer, _ in heads}):

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..lang import pick
 from .gpt import GPT, GPTConfig, pool_kv_heads
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -59,9 +60,19 @@ def make_batch(
     every token before the second copy is distinct (so each token of the second copy has one earlier match)."""
     max_length = seq_len // 2
     if not 1 <= min_length <= max_length:
-        raise ValueError(f"min_length={min_length} must lie in [1, seq_len // 2 = {max_length}]")
+        raise ValueError(
+            pick(
+                f"min_length={min_length} must lie in [1, seq_len // 2 = {max_length}]",
+                f"min_length={min_length} 必须在 [1, seq_len // 2 = {max_length}] 之内",
+            )
+        )
     if vocab_size < seq_len - min_length:
-        raise ValueError(f"vocab_size={vocab_size} is too small for {seq_len - min_length} distinct tokens")
+        raise ValueError(
+            pick(
+                f"vocab_size={vocab_size} is too small for {seq_len - min_length} distinct tokens",
+                f"vocab_size={vocab_size} 太小，放不下 {seq_len - min_length} 个不同的 token",
+            )
+        )
     length = torch.randint(min_length, max_length + 1, (batch_size,), generator=generator)
     second = seq_len - length  # the second copy ends the sequence
     # the first copy starts anywhere before it: the distance between the copies varies too
@@ -157,7 +168,12 @@ KV_GROUPS = {"mha": 4, "gqa": 2, "mqa": 1}
 def checkpoint_path(name: str, folder: Path | str = CHECKPOINT_DIR) -> Path:
     """Where ``make train`` writes the checkpoint ``name`` ("mha", "gqa" or "mqa")."""
     if name not in KV_GROUPS:
-        raise ValueError(f"unknown checkpoint {name!r}; known: {', '.join(KV_GROUPS)}")
+        raise ValueError(
+            pick(
+                f"unknown checkpoint {name!r}; known: {', '.join(KV_GROUPS)}",
+                f"未知的 checkpoint {name!r}；可用的是 {', '.join(KV_GROUPS)}",
+            )
+        )
     return Path(folder) / f"induction_{name}.pt"
 
 
@@ -165,7 +181,12 @@ def load_model(name: str = "mha", device="cpu") -> GPT:
     """The committed model ``name`` in eval mode; its ``checkpoint_meta`` holds the training history."""
     path = checkpoint_path(name)
     if not path.exists():
-        raise ValueError(f"{path.name} is missing; run `make train` to create it")
+        raise ValueError(
+            pick(
+                f"{path.name} is missing; run `make train` to create it",
+                f"缺少 {path.name}；运行 `make train` 生成它",
+            )
+        )
     checkpoint = torch.load(path, map_location=device, weights_only=True)
     model = GPT.from_checkpoint(checkpoint, map_location=device).eval()
     model.checkpoint_meta = checkpoint["meta"]
@@ -177,7 +198,12 @@ def head_norms(model: GPT) -> torch.Tensor:
     columns of out_proj); needs one K/V head per query head (MHA)."""
     c = model.config
     if c.n_kv_groups != c.n_heads:
-        raise ValueError("head_norms needs an MHA model: GQA heads share their K/V weights")
+        raise ValueError(
+            pick(
+                "head_norms needs an MHA model: GQA heads share their K/V weights",
+                "head_norms 需要 MHA 模型：GQA 的头共享 K/V 权重",
+            )
+        )
     hd = c.emb_dim // c.n_heads
     norms = []
     for block in model.layers:
@@ -371,7 +397,12 @@ def main(argv=None) -> int:
         study = without_penalty_study(progress=True)
         without_penalty_path(args.out).write_text(json.dumps(study, indent=1) + "\n")
         for run in study["runs"]:
-            print(f"seed {run['seed']}: accuracy {run['test_accuracy']:.3f} without the head penalty")
+            print(
+                pick(
+                    f"seed {run['seed']}: accuracy {run['test_accuracy']:.3f} without the head penalty",
+                    f"种子 {run['seed']}：不加头惩罚时准确率 {run['test_accuracy']:.3f}",
+                )
+            )
         return 0
     cpu_start, wall_start = time.process_time(), time.perf_counter()
 
@@ -406,12 +437,20 @@ def main(argv=None) -> int:
     for name, (before, after, size) in summary.items():
         pooled = f"after pooling {before:.3f}, " if before is not None else ""
         print(
-            f"{name.upper():4s}: accuracy on the second copy {pooled}after training {after:.3f}; "
-            f"{checkpoint_path(name, args.out).name} {size / 1024:.0f} KiB"
+            pick(
+                f"{name.upper():4s}: accuracy on the second copy {pooled}after training {after:.3f}; "
+                f"{checkpoint_path(name, args.out).name} {size / 1024:.0f} KiB",
+                f"{name.upper():4s}：第二遍上的准确率 {pooled}训练后 {after:.3f}；"
+                f"{checkpoint_path(name, args.out).name} {size / 1024:.0f} KiB",
+            )
         )
     print(
-        f"done in {time.perf_counter() - wall_start:.1f} s ({time.process_time() - cpu_start:.1f} s of CPU); "
-        f"loss curves in {args.out.name}/induction_training.png"
+        pick(
+            f"done in {time.perf_counter() - wall_start:.1f} s ({time.process_time() - cpu_start:.1f} s of CPU); "
+            f"loss curves in {args.out.name}/induction_training.png",
+            f"完成，用时 {time.perf_counter() - wall_start:.1f} 秒"
+            f"（CPU 时间 {time.process_time() - cpu_start:.1f} 秒）；损失曲线在 {args.out.name}/induction_training.png",
+        )
     )
     return 0
 

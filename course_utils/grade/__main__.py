@@ -1,7 +1,8 @@
 """python -m course_utils.grade [--exercise ID] [--json] [--lang L] PATH | --batch DIR [--out OUT] [--trust-submissions]
 
 Exit code 0 when every check passes, 1 when something was graded and did not pass, 2 for usage errors
-(and for --batch without a sandbox, unless --trust-submissions), 3 when the grader itself failed.
+(and for --batch without a sandbox, unless --trust-submissions, or a folder with nothing to grade), 3 when the grader
+itself failed. --batch reads a folder of files, or nbgrader's collected layout (a folder per learner).
 --lang picks the language of the report, the feedback files and grades.csv's status column (default: the course's
 current language: the environment variable ATTN_LANG, else Chinese inside a zh-CN folder, else English).
 """
@@ -44,6 +45,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "cli.grader_failed": ("error: the grader failed: {type}: {error}", "错误：评分器出错了：{type}：{error}"),
     "cli.not_graded": ("❌ not graded: {error}", "❌ 未评分：{error}"),
     "cli.note": ("   note: {note}", "   注：{note}"),
+    "cli.nothing_graded": (
+        "error: nothing to grade in {folder}: no .py or .ipynb file in it or in its learners' folders",
+        "错误：{folder} 里没有可以评分的文件：它和它的学员文件夹里都没有 .py 或 .ipynb 文件",
+    ),
 }
 
 
@@ -132,6 +137,9 @@ def main(argv=None) -> int:
                 ).render(lang)
             )
         )
+        if not graded:
+            print(terminal(Msg("cli.nothing_graded", folder=shown(args.batch)).render(lang)), file=sys.stderr)
+            return 2
         if grader_failed:
             print(
                 terminal(Msg("cli.grader_failed_on", names=", ".join(map(shown, grader_failed))).render(lang)),
@@ -157,8 +165,8 @@ def main(argv=None) -> int:
             print(terminal(one_line(Msg("cli.not_graded", error=report.error).render(lang))))
         for r in report.results:
             print(terminal(r.report(lang)))
-        for note in report.notes:
-            print(terminal(Msg("cli.note", note=note).render(lang)))
+        for note in report.notes:  # learner text (an exception's message): one line, whatever it holds
+            print(terminal(one_line(Msg("cli.note", note=note).render(lang))))
     return 0 if report.passed else 1
 
 

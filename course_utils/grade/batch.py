@@ -1,5 +1,7 @@
-"""Grade a folder of submissions (one file per learner) in parallel sandboxes; write grades.csv and
-feedback/<file>.md. One broken submission never stops the batch. The feedback, the status column of grades.csv
+"""Grade a folder of submissions in parallel sandboxes; write grades.csv and feedback/<file>.md. A submission is
+a file of the folder (its name the learner's), or the files inside one of its folders (the folder's name the
+learner's: nbgrader's collected layout, ``submitted/<learner>/<assignment>/<notebook>.ipynb``). One broken
+submission never stops the batch. The feedback, the status column of grades.csv
 and skipped.txt are written in one language (``lang``); the CSV's column names stay the same in every language."""
 
 from __future__ import annotations
@@ -7,11 +9,12 @@ from __future__ import annotations
 import csv
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from . import class_report
+from . import class_report, names
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
 from .exercises import mistake_said
@@ -64,6 +67,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "status.other": ("not passed", "未通过"),
     "batch.link_outside": ("a link to a file outside the submissions folder", "指向提交文件夹之外的链接"),
     "batch.not_a_file": ("not a file", "不是文件"),
+    "batch.empty_folder": (
+        "a folder with no submission (.py or .ipynb) inside",
+        "文件夹里没有提交文件（.py 或 .ipynb）",
+    ),
     "batch.not_a_submission": ("not a submission (.py or .ipynb)", "不是提交文件（.py 或 .ipynb）"),
     "batch.no_folder": ("submissions folder {folder} does not exist", "提交文件夹 {folder} 不存在"),
     "batch.out_inside": (
@@ -139,9 +146,16 @@ def status_key(report) -> str:
     return ";".join(f"{r.exercise}:{r.diagnosis or 'failed'}" for r in report.results if not r.passed)
 
 
+def named_mistake(key: str | None) -> bool:
+    """Whether a diagnosis names a mistake (a mutant of the catalogue) rather than says the code did not run, was
+    not there, or computed something no known mistake explains."""
+    return bool(key) and mistake_said(str(key)) is not None
+
+
 def class_rows(graded, lang: str) -> list:
     """The graded folder as the class report's rows: points, and each failed exercise's mistake in words."""
     rows = []
+    learners = Counter(learner_of(name) for name, _ in graded)
     for name, rep in graded:
         outcomes = {
             r.exercise: class_report.Outcome(
@@ -150,42 +164,82 @@ def class_rows(graded, lang: str) -> list:
                 r.passed,
                 None if r.passed else (r.diagnosis or "other"),
                 None if r.passed else _words(r).render(lang),
+                named=not r.passed and named_mistake(r.diagnosis),
             )
             for r in rep.results
         }
-        error = text(rep.error, lang) if rep.error and not rep.results else None
-        rows.append(class_report.Learner(shown(name), rep.seconds, outcomes, error))
+        # not graded exactly where the terminal says so (cli.graded's count): the report's numbers are the same
+        error = text(rep.error, lang) if rep.error is not None else None
+        shown_name = shown(learner_of(name))
+        if learners[learner_of(name)] > 1:  # several submissions in one learner's folder: which one
+            shown_name += f" ({shown(name.split('/', 1)[1])})"
+        rows.append(class_report.Learner(shown_name, rep.seconds, outcomes, error, key=names.key(name)))
     return rows
 
 
+def _link_ok(root: Path, entry: os.DirEntry, skipped: list, name: str) -> bool:
+    """Whether ``entry`` may be followed: a link must lead to an existing file inside ``root``."""
+    try:
+        if entry.is_symlink():
+            target = (Path(entry.path)).resolve(strict=True)
+            if root not in target.parents:
+                skipped.append((name, Msg("batch.link_outside")))
+                return False
+        entry.is_file()
+        return True
+    except (OSError, RuntimeError):  # ELOOP, a dangling link, a name the filesystem refuses to stat
+        skipped.append((name, Msg("batch.link_broken")))
+        return False
+
+
+def _inside(root: Path, folder: Path, prefix: str, skipped: list, files: list, depth: int = 0) -> None:
+    """The submissions inside a learner's folder (nbgrader's ``<learner>/<assignment>/<notebook>.ipynb``): files
+    with a submission's suffix, hidden entries and other files (timestamp.txt) left out, links never followed out."""
+    try:
+        with os.scandir(folder) as entries:
+            listed = sorted(entries, key=lambda e: os.fsencode(e.name))
+    except OSError:
+        return
+    for entry in listed:
+        name = f"{prefix}/{entry.name}"
+        if entry.name.startswith(".") or not _link_ok(root, entry, skipped, name):
+            continue
+        if entry.is_dir(follow_symlinks=False) and depth < 3:
+            _inside(root, folder / entry.name, name, skipped, files, depth + 1)
+        elif entry.is_file() and Path(entry.name).suffix in SUBMISSION_SUFFIXES:
+            files.append(folder / entry.name)
+
+
 def find_submissions(folder: Path) -> tuple[list, list]:
-    """(files to grade, [(name, why skipped)]): hidden files, folders, other file types, links that lead
-    outside the folder or nowhere (loops) are skipped. Names are as the filesystem has them (bytes that are not
-    UTF-8 as surrogates), so that every file can be opened; ``names.shown`` is for display."""
-    files, skipped = [], []
+    """(files to grade, [(name, why skipped)]): the files of ``folder``, and the submissions inside each of its
+    folders (a learner's, as nbgrader collects them); hidden entries, other file types, links that lead outside the
+    folder or nowhere (loops) are skipped. Names are as the filesystem has them (bytes that are not UTF-8 as
+    surrogates), so that every file can be opened; ``names.shown`` is for display."""
+    files: list = []
+    skipped: list = []
     with os.scandir(folder) as entries:
         listed = sorted(entries, key=lambda e: os.fsencode(e.name))
     for entry in listed:
         p = folder / entry.name
-        if entry.name.startswith("."):
+        if entry.name.startswith(".") or not _link_ok(folder, entry, skipped, entry.name):
             continue
-        try:
-            if entry.is_symlink():
-                target = p.resolve(strict=True)
-                if folder not in target.parents:
-                    skipped.append((entry.name, Msg("batch.link_outside")))
-                    continue
-            is_file = entry.is_file()
-        except (OSError, RuntimeError):  # ELOOP, a dangling link, a name the filesystem refuses to stat
-            skipped.append((entry.name, Msg("batch.link_broken")))
-            continue
-        if not is_file:
+        if entry.is_dir(follow_symlinks=False):
+            before = len(files)
+            _inside(folder, p, entry.name, skipped, files)
+            if len(files) == before:
+                skipped.append((entry.name, Msg("batch.empty_folder")))
+        elif not entry.is_file():
             skipped.append((entry.name, Msg("batch.not_a_file")))
         elif p.suffix not in SUBMISSION_SUFFIXES:
             skipped.append((entry.name, Msg("batch.not_a_submission")))
         else:
             files.append(p)
     return files, skipped
+
+
+def learner_of(name: str) -> str:
+    """Whose a submission is, from its name in the batch: a file's own name, or its learner folder's."""
+    return name.split("/", 1)[0]
 
 
 def grade_folder(
@@ -235,8 +289,9 @@ def grade_folder(
             i = futures[future]
             reports[i] = future.result()
             if progress is not None:
-                progress(done, len(files), files[i].name, reports[i])
-    graded = [(p.name, rep) for p, rep in zip(files, reports, strict=False)]
+                progress(done, len(files), os.fsdecode(files[i].relative_to(submissions)), reports[i])
+    # each submission by its path in the folder ("alice/workshop/04.ipynb", or "alice.py"): unique in the batch
+    graded = [(os.fsdecode(p.relative_to(submissions)), rep) for p, rep in zip(files, reports, strict=False)]
 
     seen = [r.exercise for _, rep in graded for r in rep.results]
     columns = [ex for ex in EXERCISES if ex in seen] + sorted({ex for ex in seen if ex not in EXERCISES})
@@ -245,9 +300,11 @@ def grade_folder(
     feedback_files = [feedback_name(name, taken) for name, _ in graded]
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        # points as nbgrader counts them (a check cell's points times the share of checks passed), the fraction
-        # of the points, the status in words, the same as machine keys, and the feedback file
-        writer.writerow(["learner", *columns, "total", "max", "fraction", "status", "key", "feedback"])
+        # the learner as shown (cut when very long) and its key (whole, one per submission), points as nbgrader
+        # counts them (a check cell's points times the share of checks passed), the fraction of the points, the
+        # status in words, the same as machine keys, and the feedback file
+        header = ["learner", "learner_key", *columns, "total", "max", "fraction", "status", "key", "feedback"]
+        writer.writerow(header)
         for (name, rep), feedback in zip(graded, feedback_files, strict=False):
             got = {r.exercise: r.score * points(r.exercise) for r in rep.results}
             worth = sum(points(r.exercise) for r in rep.results)
@@ -255,7 +312,8 @@ def grade_folder(
             total = round(sum(got.values()), 2)
             writer.writerow(
                 [
-                    csv_cell(shown(name)),
+                    csv_cell(shown(learner_of(name))),
+                    names.key(name),
                     *row,
                     f"{total:g}",
                     f"{worth:g}",

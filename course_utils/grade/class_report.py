@@ -18,6 +18,8 @@ from pathlib import Path
 from ..lang import pick
 
 SLOWEST = 10  # submissions listed as the slowest
+FIGURE_WIDTH = 8.0  # inches: 768 px in the page, whatever the number of exercises
+FONT_SIZE = 13  # points: about 17 px in the page
 BANDS = ("full", "partial", "zero", "missing")  # the score bands of the distribution figure, bottom to top
 BAND_COLOURS = {"full": "#2e7d32", "partial": "#f9a825", "zero": "#c62828", "missing": "#bdbdbd"}
 
@@ -31,6 +33,7 @@ class Outcome:
     passed: bool
     mistake_key: str | None = None  # grades.csv's key (``scale_no_sqrt``); None when passed
     mistake: str | None = None  # the same in words, in the report's language
+    named: bool = False  # a mistake the grader names (a misconception), not "timed out", "crashed", "missing"
 
     @property
     def band(self) -> str:
@@ -44,7 +47,8 @@ class Learner:
     name: str  # as shown (``names.shown``): escaped again here for HTML
     seconds: float
     outcomes: dict = field(default_factory=dict)  # exercise id -> Outcome
-    error: str | None = None  # why nothing was graded, in words
+    error: str | None = None  # why it could not be graded, in words
+    key: str = ""  # grades.csv's learner_key: unique in the batch (the name may be cut, and names may repeat)
 
 
 # ---------------------------------------------------------------------------------------------------- the texts
@@ -76,13 +80,15 @@ def distribution(learners: list, exercises: list) -> dict:
     return counts
 
 
-def mistakes(learners: list) -> list:
-    """[(exercise, mistake key, mistake in words, [learner names])], most learners first, then by exercise."""
+def mistakes(learners: list, named: bool = True) -> list:
+    """[(exercise, mistake key, mistake in words, [learner names])], most learners first, then by exercise: the
+    mistakes the grader named (``named``), or else what is no named mistake (did not run: timed out, crashed, not
+    there, not implemented; or computed something no known mistake explains)."""
     groups: dict = defaultdict(list)
     words: dict = {}
     for learner in learners:
         for ex, outcome in learner.outcomes.items():
-            if not outcome.passed and outcome.mistake_key:
+            if not outcome.passed and outcome.mistake_key and outcome.named == named:
                 groups[(ex, outcome.mistake_key)].append(learner.name)
                 words[(ex, outcome.mistake_key)] = outcome.mistake or outcome.mistake_key
     ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
@@ -103,16 +109,23 @@ def distribution_figure(counts: dict, lang: str):
     from ..viz import cjk_font
 
     exercises = list(counts)
-    with plt.rc_context({"font.family": ["DejaVu Sans", cjk_font()]} if lang == "zh" and cjk_font() else {}):
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(exercises) + 2.5), 3.6))
+    chinese = lang == "zh" and cjk_font()
+    with (
+        plt.rc_context({"font.size": FONT_SIZE}),
+        plt.rc_context({"font.family": ["DejaVu Sans", cjk_font()]} if chinese else {}),
+    ):
+        fig, ax = plt.subplots(figsize=(max(FIGURE_WIDTH, 0.9 * len(exercises) + 4.0), 4.8))
         _draw_distribution(ax, counts, exercises, lang)
         fig.tight_layout()
     return fig
 
 
 def _draw_distribution(ax, counts: dict, exercises: list, lang: str) -> None:
+    from matplotlib.patches import Patch
+
     bottom = [0] * len(exercises)
-    for band in BANDS:
+    shown = [band for band in BANDS if any(counts[ex][band] for ex in exercises)]  # the legend: bands drawn only
+    for band in shown:
         heights = [counts[ex][band] for ex in exercises]
         drawn = [i for i, h in enumerate(heights) if h]  # an empty band is left out, not drawn as a 0-high bar
         ax.bar(
@@ -120,7 +133,6 @@ def _draw_distribution(ax, counts: dict, exercises: list, lang: str) -> None:
             [heights[i] for i in drawn],
             bottom=[bottom[i] for i in drawn],
             color=BAND_COLOURS[band],
-            label=_band_name(band, lang),
         )
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_xticks(range(len(exercises)), exercises)
@@ -130,7 +142,9 @@ def _draw_distribution(ax, counts: dict, exercises: list, lang: str) -> None:
     ax.tick_params(axis="x", labelrotation=45)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # learners are counted in whole numbers
+    handles = [Patch(color=BAND_COLOURS[band], label=_band_name(band, lang)) for band in reversed(shown)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 def distribution_svg(counts: dict, lang: str) -> str:
@@ -157,14 +171,24 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 th, td { border-bottom: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; vertical-align: top; }
 td.n { text-align: right; white-space: nowrap; }
 th { white-space: nowrap; }
+td.name { max-width: 24em; overflow-wrap: anywhere; }
+ul.who { margin: 0; padding-left: 1.1em; max-width: 30em; overflow-wrap: anywhere; }
 code { font-size: 0.9em; }
+svg { max-width: 100%; height: auto; }
 """
 
 
 def _table(headers: list, rows: list) -> list:
     lines = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
     for row in rows:
-        cells = "".join(f'<td class="n">{c}</td>' if isinstance(c, (int, float)) else f"<td>{c}</td>" for c in row)
+        cells = "".join(
+            f'<td class="n">{c}</td>'
+            if isinstance(c, (int, float))
+            else f'<td class="name">{c[1]}</td>'
+            if isinstance(c, tuple)
+            else f"<td>{c}</td>"
+            for c in row
+        )
         lines.append(f"<tr>{cells}</tr>")
     return lines + ["</table>"]
 
@@ -176,14 +200,17 @@ def render(learners: list, exercises: list, lang: str) -> str:
     title = _t(lang, "Class report", "班级报告")
     graded = [learner for learner in learners if learner.error is None]
     passed_all = sum(1 for learner in graded if learner.outcomes and all(o.passed for o in learner.outcomes.values()))
+    failed = len(graded) - passed_all
     body = [
         f"<h1>{e(title)}</h1>",
         "<p>"
         + e(
-            _t(
+            _t(  # the terminal's count (cli.graded), in the same words
                 lang,
-                f"{len(learners)} submissions, {len(graded)} graded, {passed_all} passed every exercise they contain.",
-                f"共 {len(learners)} 份提交，评分 {len(graded)} 份，其中 {passed_all} 份所含练习全部通过。",
+                f"{len(learners)} submissions: {passed_all} passed everything, {failed} did not, "
+                f"{len(learners) - len(graded)} could not be graded.",
+                f"共 {len(learners)} 份提交：{passed_all} 份全部通过，{failed} 份没有全部通过，"
+                f"{len(learners) - len(graded)} 份无法评分。",
             )
         )
         + "</p>",
@@ -222,36 +249,62 @@ def render(learners: list, exercises: list, lang: str) -> str:
     )
     ranked = mistakes(learners)
     if ranked:
-        body += _table(
-            [
-                _t(lang, "exercise", "练习"),
-                _t(lang, "mistake", "错误"),
-                _t(lang, "learners", "人数"),
-                _t(lang, "who", "学员"),
-            ],
-            [[f"<code>{e(ex)}</code>", e(words), len(names), e(", ".join(names))] for ex, _key, words, names in ranked],
-        )
+        body += _who_table(ranked, _t(lang, "mistake", "错误"), lang)
     else:
         body.append("<p>" + e(_t(lang, "No named mistake.", "没有可以指名的错误。")) + "</p>")
+    unrun = mistakes(learners, named=False)
+    if unrun:
+        body.append(f"<h2>{e(_t(lang, 'Did not run, or no named mistake', '没能运行，或不是已知的错误'))}</h2>")
+        body.append(
+            "<p>"
+            + e(
+                _t(
+                    lang,
+                    "Timed out, crashed, not found, not implemented yet, or wrong in a way no known mistake explains: "
+                    "read these submissions' feedback.",
+                    "超时、崩溃、没有找到、还没有实现，或者错得不像任何已知的错误：请看这些提交的反馈。",
+                )
+            )
+            + "</p>"
+        )
+        body += _who_table(unrun, _t(lang, "what happened", "情况"), lang)
 
     not_graded = [learner for learner in learners if learner.error is not None]
     if not_graded:
         body.append(f"<h2>{e(_t(lang, 'Not graded', '未能评分'))}</h2>")
         body += _table(
             [_t(lang, "learner", "学员"), _t(lang, "why", "原因")],
-            [[e(learner.name), e(learner.error)] for learner in not_graded],
+            [[("", e(learner.name)), e(learner.error)] for learner in not_graded],
         )
 
     body.append(f"<h2>{e(_t(lang, 'Slowest submissions', '最慢的提交'))}</h2>")
     body += _table(
         [_t(lang, "learner", "学员"), _t(lang, "seconds", "秒")],
-        [[e(learner.name), round(learner.seconds, 1)] for learner in slowest(learners)],
+        [[("", e(learner.name)), round(learner.seconds, 1)] for learner in slowest(learners)],
     )
 
     html_lang = "zh-CN" if lang == "zh" else "en"
     return (
         f'<!DOCTYPE html>\n<html lang="{html_lang}">\n<head>\n<meta charset="utf-8">\n<title>{e(title)}</title>\n'
         f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
+
+
+def _who_table(ranked: list, what: str, lang: str) -> list:
+    """A ranked list of mistakes (or outcomes) with who made each: one name per line, so that a name with a comma
+    in it reads as one learner."""
+    e = html.escape
+    return _table(
+        [_t(lang, "exercise", "练习"), what, _t(lang, "learners", "人数"), _t(lang, "who", "学员")],
+        [
+            [
+                f"<code>{e(ex)}</code>",
+                e(words),
+                len(names),
+                '<ul class="who">' + "".join(f"<li>{e(name)}</li>" for name in names) + "</ul>",
+            ]
+            for ex, _key, words, names in ranked
+        ],
     )
 
 

@@ -47,9 +47,33 @@ def terminal(text) -> str:
     return "\n".join(printable(line) for line in str(text).split("\n"))
 
 
+def _grader_places() -> list:
+    """The grader's own folders, longest first: the Python environments and the course package it runs from."""
+    import os
+    import sys
+
+    course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    places = {sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), course}
+    return sorted((p for p in places if len(p) > 1), key=len, reverse=True)
+
+
+def without_grader_paths(text) -> str:
+    """``text`` with the grader's folders (the instructor's environment, the course package) written as ``<python>``
+    and ``<course_utils>``: a learner's feedback says where in torch an error arose, not where the instructor keeps
+    things."""
+    import os
+
+    text = str(text)
+    course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for place in _grader_places():
+        text = text.replace(place, "<course_utils>" if place == course else "<python>")
+    return text
+
+
 def markdown(text) -> str:
-    """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted."""
-    text = printable(one_line(text)).strip()
+    """Learner text inside a line of the feedback's Markdown: shown as it is, never interpreted, and without the
+    grader's own paths."""
+    text = printable(one_line(without_grader_paths(text))).strip()
     text = _MARKDOWN.sub(r"\\\1", re.sub("[&<>]", lambda m: _HTML[m.group()], text))
     return "\\" + text if text.startswith(_BLOCK_START) else text
 

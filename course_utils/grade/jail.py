@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -393,11 +394,7 @@ def run(
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = _wait(proc, timeout)
         _kill_group(proc)
         usage = box.close()  # also kills what escaped the session (a cgroup holds every descendant)
         for t in readers:
@@ -405,6 +402,27 @@ def run(
     stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
     result, too_big = results[0] if results else (b"", False)
     return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage)
+
+
+def _wait(proc, budget: float) -> bool:
+    """Wait for the child; whether it ran out of time. Its budget is CPU time (limits.tree_cpu_seconds), so that
+    a busy machine or slow page faults never turn a correct submission into a timeout; one that waits instead
+    of computing is stopped after ``limits.WALL_FACTOR`` budgets of wall time. Without /proc: wall time alone."""
+    if not os.path.isdir("/proc"):
+        try:
+            proc.wait(timeout=budget)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+    deadline = time.monotonic() + budget * limits.WALL_FACTOR
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() > deadline or limits.tree_cpu_seconds(proc.pid) > budget:
+            return True
 
 
 def _kill_group(proc):

@@ -29,7 +29,8 @@ MEMORY_TOTAL = 4 << 30  # all of one submission's processes, shared memory and t
 MAX_TASKS = 64  # processes and threads in the submission's cgroup (and of the sandbox's user)
 FALLBACK_TASKS = 16  # without a cgroup: RLIMIT_NPROC (per sandbox user), so RLIMIT_AS x 16 at worst
 SAMPLE_SECONDS = 0.1  # the fallback's watchdog
-SUBMISSION_BUDGET = 30.0  # seconds of wall time per submission, all its sandboxes together (--timeout)
+SUBMISSION_BUDGET = 30.0  # CPU seconds per submission, all its sandboxes together (--timeout)
+WALL_FACTOR = 4  # a submission that waits instead of computing (sleeps, blocks) is stopped at this many budgets
 ENV = "ATTN_GRADE_LIMITS"
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -354,6 +355,22 @@ def _proportional(pid: int) -> int:
         pass
     with open(f"/proc/{pid}/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user and system) that ``root``'s process tree has used: its live processes' own, and what the
+    children they have reaped used. Time spent waiting (for the CPU on a busy machine, for pages the host is slow to
+    hand out) is not counted: a time limit on this gives the same verdict however loaded the machine is."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / ticks
 
 
 def kill_tree(root: int):

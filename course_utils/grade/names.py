@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 
-from .escape import printable
+from .escape import FORMULA_START, printable
 
 MAX_SHOWN = 120  # characters of a name in grades.csv, the terminal and the feedback
 MAX_FILE_BYTES = 200  # a feedback file's name, ".md" included: under the common 255-byte limit
@@ -18,6 +18,28 @@ _SAFE = re.compile(r"[^\w.\-]")  # letters and digits of any script, '_', '.', '
 def shown(name: str) -> str:
     """The name as the instructor sees it: undecodable bytes as \\xNN, controls escaped, long names cut."""
     return printable(name, MAX_SHOWN)
+
+
+def key(name: str) -> str:
+    """grades.csv's learner key: the name whole (never cut) and one key per name (two names never share one). Bytes
+    that are not UTF-8, control characters, '%' and a first character that a spreadsheet
+    would read as a formula (or space) are written as %XX
+    (their bytes), everything else as it is: readable, and no cell a spreadsheet would run."""
+    out = []
+    for i, ch in enumerate(name):
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8 (os.fsdecode)
+            out.append(f"%{code - 0xDC00:02X}")
+        elif (
+            ch == "%"
+            or not ch.isprintable()
+            or 0xD800 <= code <= 0xDFFF
+            or (i == 0 and (ch in FORMULA_START or ch.isspace()))
+        ):
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _digest(name: str) -> str:

@@ -34,8 +34,17 @@ TEXTS: dict[str, tuple[str, str]] = {
         '没有找到练习：既没有 check("id", ...) 调用，也没有接口约定里的类名',
     ),
     "run.timeout": (
-        "grading stopped after {seconds:g} s (an infinite loop?)",
-        "评分在 {seconds:g} 秒后被终止（是不是有死循环？）",
+        "grading stopped after {seconds:g} s of computing, or {wall:g} s in all (an infinite loop?)",
+        "评分被终止：计算超过了 {seconds:g} 秒，或总共超过了 {wall:g} 秒（是不是有死循环？）",
+    ),
+    "run.near_memory": (
+        "stopped while holding {peak} MiB of its {limit} MiB memory limit: it kept allocating (a huge allocation "
+        "in forward?)",
+        "被终止时占用了 {peak} MiB 内存（上限 {limit} MiB）：它在不停地分配内存（forward 里有巨大的分配？）",
+    ),
+    "run.tried_memory": (
+        "the submission tried to use more than {limit} MiB of memory (its allocation was refused)",
+        "这份提交试图使用超过 {limit} MiB 的内存（分配被拒绝了）",
     ),
     "run.too_large": ("the submission's grading result was too large", "这份提交返回的评分结果太大了"),
     "run.ended": (
@@ -149,12 +158,16 @@ def _sandbox(
     usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
         report.peak_memory = max(report.peak_memory, usage.peak)
+    # memory first: what the accounting (the cgroup's events, the watchdog) saw, whatever the clock said after
+    if usage.hit == "memory" and (outcome.timed_out or not outcome.result):
+        return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
     if outcome.timed_out:
-        return None, ("timeout", Msg("run.timeout", seconds=total_timeout))
+        return None, (
+            "timeout",
+            Msg("run.timeout", seconds=total_timeout, wall=total_timeout * limits.WALL_FACTOR),
+        )
     if outcome.too_big:
         return None, ("crashed", Msg("run.too_large"))
-    if not outcome.result and usage.hit == "memory":
-        return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
     if not outcome.result and usage.hit == "processes":
         return None, ("crashed", Msg("run.over_processes", limit=limits.MAX_TASKS))
     if not outcome.result:
@@ -257,11 +270,16 @@ def grade_file(
             report.results += _answers(data.get("answers"))
         elif not report.notes:
             report.notes = _notes(data)
-        report.results += [_result(ex, data, graded[ex.id], refused[ex.id], report.notes) for ex in group]
+        report.results += [
+            _result(ex, data, graded[ex.id], refused[ex.id], report.notes, report.peak_memory) for ex in group
+        ]
     return report
 
 
-def _result(ex, data, graded, imports, notes):
+NEAR_MEMORY = 0.75  # a run stopped for time after holding this share of its memory total is told about its memory
+
+
+def _result(ex, data, graded, imports, notes, peak: int = 0):
     """The Result of ``ex`` from what the child sent (``data``): the verdict on its records, or why there is none."""
     # interview mode's fused attention is refused by what runs (the records' calls), never by names in the text
     refusals = list(imports)
@@ -273,6 +291,13 @@ def _result(ex, data, graded, imports, notes):
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
+        stopped = _stopped(missing)
+        if stopped == "timeout" and peak >= limits.MEMORY_TOTAL * NEAR_MEMORY:  # the time went into allocating
+            return graded.failure("crashed", Msg("run.near_memory", peak=peak >> 20, limit=limits.MEMORY_TOTAL >> 20))
+        if stopped:  # the class was found and ran, but did not finish: it did not run, it is not missing
+            return graded.failure(stopped, missing)
+        if any(_allocation_refused(n) for n in notes):  # the cell that defines it ran out of memory
+            return graded.failure("crashed", Msg("run.tried_memory", limit=limits.MEMORY_TOTAL >> 20))
         # a cell that failed (a syntax error) is the likelier story than a class never written
         key = "missing_after_error" if any(getattr(n, "key", "").startswith("cell_") for n in notes) else "missing"
         return graded.failure(key, Msg("run.missing_hint", missing=missing, note=notes[0]) if notes else missing)
@@ -281,3 +306,19 @@ def _result(ex, data, graded, imports, notes):
     except BadResult as exc:
         return graded.failure("crashed", Msg("run.malformed", why=exc.args[0] if exc.args else ""))
     return graded.verdict(records)
+
+
+def _stopped(missing) -> str | None:
+    """'timeout' or 'crashed' when the child's "missing" says the exercise's run was stopped (a loop inside forward,
+    an error outside the cases), None when the class or function was really not there."""
+    if getattr(missing, "key", None) != "stopped":
+        return None
+    inner = missing.args.get("message")
+    return "timeout" if getattr(inner, "key", None) == "timed_out" else "crashed"
+
+
+def _allocation_refused(note) -> bool:
+    """Whether a cell's note says an allocation was refused (the address-space cap, or the total's)."""
+    args = getattr(note, "args", {}) or {}
+    message = str(args.get("message", ""))
+    return args.get("type") == "MemoryError" or "Cannot allocate memory" in message or "out of memory" in message

@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from ..lang import pick
 from ._checks import check_tokens
 from .masks import check_mask
 
@@ -21,7 +22,12 @@ def simple_self_attention(inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     Scores are plain dot products ``inputs @ inputs.T`` (no scaling), normalised by softmax.
     """
     if inputs.ndim != 2:
-        raise ValueError(f"inputs must have shape (num_tokens, d), got {tuple(inputs.shape)}")
+        raise ValueError(
+            pick(
+                f"inputs must have shape (num_tokens, d), got {tuple(inputs.shape)}",
+                f"inputs 的形状必须是 (num_tokens, d)，收到的是 {tuple(inputs.shape)}",
+            )
+        )
     attn_scores = inputs @ inputs.T  # (T, T)
     attn_weights = torch.softmax(attn_scores, dim=-1)  # each row sums to 1
     return attn_weights @ inputs, attn_weights
@@ -75,7 +81,12 @@ class SelfAttention_v1(nn.Module):
 
     def forward(self, x):
         if x.shape[-1] != self.d_in:
-            raise ValueError(f"x has {x.shape[-1]} features in its last axis, but d_in={self.d_in}")
+            raise ValueError(
+                pick(
+                    f"x has {x.shape[-1]} features in its last axis, but d_in={self.d_in}",
+                    f"x 最后一个轴有 {x.shape[-1]} 个特征，但 d_in={self.d_in}",
+                )
+            )
         keys = x @ self.W_key  # (..., T, d_out)
         queries = x @ self.W_query
         values = x @ self.W_value
@@ -95,7 +106,12 @@ class SelfAttention_v2(nn.Module):
 
     def forward(self, x):
         if x.shape[-1] != self.d_in:
-            raise ValueError(f"x has {x.shape[-1]} features in its last axis, but d_in={self.d_in}")
+            raise ValueError(
+                pick(
+                    f"x has {x.shape[-1]} features in its last axis, but d_in={self.d_in}",
+                    f"x 最后一个轴有 {x.shape[-1]} 个特征，但 d_in={self.d_in}",
+                )
+            )
         context, _ = attend(self.W_query(x), self.W_key(x), self.W_value(x))
         return context
 

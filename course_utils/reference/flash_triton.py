@@ -7,12 +7,19 @@ the log-sum-exp ``lse = m + log(l)`` is stored beside the output so that a backw
 ``exp(s - lse)`` without the (T, T) matrix. Causal: key blocks entirely above the diagonal are never loaded, and
 only the blocks that cross it are masked.
 
+The kernel follows Triton's own fused-attention tutorial (python/tutorials/06-fused-attention.py in Triton's
+repository): its grid (query blocks x batch*heads), ``exp2`` with log2(e) folded into the scale, and the causal
+case as two loops, the key blocks below the diagonal without a mask ("off-band") and those on it with one
+("on-band"), which the compiler schedules apart. Unlike the tutorial it masks the tail, so any length works.
+
 Where no CUDA GPU is present, Triton's interpreter runs the kernel on the CPU (``TRITON_INTERPRET=1``: triton reads
 it when each ``@triton.jit`` runs, its own helpers such as ``tl.zeros`` and ``tl.sum`` included, which run when
 triton is imported; so this module sets it before importing triton). The interpreter
-executes each program instance with NumPy: right in float32 and float16, not a performance figure, and it computes
-bfloat16 wrongly, so bfloat16 is refused there. Out-of-bounds reads raise nothing in the interpreter (nor on a GPU):
-every load past the sequence's end is masked.
+executes each program instance with NumPy, one after another: right in float32 and float16, not a performance
+figure, and it computes bfloat16 wrongly, so bfloat16 is refused there. Triton checks no bounds: a load past a
+tensor's end reads whatever lies there in the interpreter (or crashes the process), and on a GPU it is undefined
+(other data, or an illegal memory access that fails the launch and is reported by a later CUDA call); so every
+load past the sequence's end is masked.
 
 Triton has no wheel for macOS or Windows: there ``TRITON_AVAILABLE`` is False and ``flash_attention_triton``
 raises a RuntimeError that says so.
@@ -24,6 +31,8 @@ import math
 import os
 
 import torch
+
+from ..lang import pick
 
 if not torch.cuda.is_available():  # before triton.jit runs: it picks the interpreter or the compiler then
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -215,45 +224,97 @@ if TRITON_AVAILABLE:
 def _check_inputs(q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise ValueError(
+                pick(
+                    f"{name} must be a torch.Tensor, got {type(t).__name__}",
+                    f"{name} 必须是 torch.Tensor，收到的是 {type(t).__name__}",
+                )
+            )
         if t.ndim != 4:
-            raise ValueError(f"{name} must have shape (batch, heads, seq_len, head_dim), got {tuple(t.shape)}")
+            raise ValueError(
+                pick(
+                    f"{name} must have shape (batch, heads, seq_len, head_dim), got {tuple(t.shape)}",
+                    f"{name} 的形状必须是 (batch, heads, seq_len, head_dim)，收到的是 {tuple(t.shape)}",
+                )
+            )
     if not (q.shape == k.shape == v.shape):
         raise ValueError(
-            f"q, k and v must have one shape (batch, heads, seq_len, head_dim), got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)} (this kernel does self-attention without GQA)"
+            pick(
+                f"q, k and v must have one shape (batch, heads, seq_len, head_dim), got {tuple(q.shape)}, "
+                f"{tuple(k.shape)}, {tuple(v.shape)} (this kernel does self-attention without GQA)",
+                f"q、k、v 的形状必须相同 (batch, heads, seq_len, head_dim)，收到的是 {tuple(q.shape)}、"
+                f"{tuple(k.shape)}、{tuple(v.shape)}（这个 kernel 只做不带 GQA 的自注意力）",
+            )
         )
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(
+            pick(
+                f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
+                f"q、k、v 的 dtype 必须相同，收到的是 {q.dtype}、{k.dtype}、{v.dtype}",
+            )
+        )
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            pick(
+                f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}",
+                f"q、k、v 必须在同一个设备上，收到的是 {q.device}、{k.device}、{v.device}",
+            )
+        )
     if q.shape[-2] == 0 or q.shape[0] * q.shape[1] == 0:
-        raise ValueError(f"nothing to attend: shape {tuple(q.shape)} has an empty axis")
+        raise ValueError(
+            pick(
+                f"nothing to attend: shape {tuple(q.shape)} has an empty axis",
+                f"没有可计算的内容：形状 {tuple(q.shape)} 有一个轴长度为 0",
+            )
+        )
     if not 1 <= q.shape[-1] <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be between 1 and {MAX_HEAD_DIM}, got {q.shape[-1]}")
+        raise ValueError(
+            pick(
+                f"head_dim must be between 1 and {MAX_HEAD_DIM}, got {q.shape[-1]}",
+                f"head_dim 必须在 1 到 {MAX_HEAD_DIM} 之间，收到的是 {q.shape[-1]}",
+            )
+        )
     interpreted = q.device.type == "cpu"
     allowed = (torch.float32, torch.float16) if interpreted else (torch.float32, torch.float16, torch.bfloat16)
     if q.dtype not in allowed:
-        why = (
-            " (Triton's interpreter computes bfloat16 wrongly: use float32 or float16 on the CPU)"
-            if q.dtype == torch.bfloat16
-            else ""
+        names = ", ".join(map(str, allowed))
+        if q.dtype == torch.bfloat16:
+            raise ValueError(
+                pick(
+                    f"dtype {q.dtype} is not supported (Triton's interpreter computes bfloat16 wrongly: use float32 "
+                    f"or float16 on the CPU); use one of {names}",
+                    f"不支持 dtype {q.dtype}（Triton 的解释器算 bfloat16 是错的：在 CPU 上请用 float32 或 float16）；"
+                    f"可用的是 {names}",
+                )
+            )
+        raise ValueError(
+            pick(f"dtype {q.dtype} is not supported; use one of {names}", f"不支持 dtype {q.dtype}；可用的是 {names}")
         )
-        raise ValueError(f"dtype {q.dtype} is not supported{why}; use one of {', '.join(map(str, allowed))}")
     if interpreted and INTERPRETED and not _interpreter_complete():
         raise RuntimeError(
-            "triton was imported before TRITON_INTERPRET=1 was set: restart the kernel and set it "
-            "before the first `import triton`"
+            pick(
+                "triton was imported before TRITON_INTERPRET=1 was set: restart the kernel and set it "
+                "before the first `import triton`",
+                "triton 在设置 TRITON_INTERPRET=1 之前就被导入了：请重启内核，并在第一次 `import triton` 之前设置它",
+            )
         )
     if interpreted and not INTERPRETED:
         raise RuntimeError(
-            "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before this module is "
-            "imported (it is set for you when no CUDA GPU is present)"
+            pick(
+                "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before this module is "
+                "imported (it is set for you when no CUDA GPU is present)",
+                "CPU 上的张量需要 Triton 的解释器：请在导入本模块之前设置 TRITON_INTERPRET=1"
+                "（没有 CUDA GPU 时会自动设置）",
+            )
         )
     if not interpreted and (q.device.type != "cuda" or INTERPRETED):
         raise RuntimeError(
-            f"tensors on {q.device} need a compiled kernel on a CUDA GPU; this process runs "
-            f"Triton's interpreter (TRITON_INTERPRET=1), which takes CPU tensors"
+            pick(
+                f"tensors on {q.device} need a compiled kernel on a CUDA GPU; this process runs "
+                f"Triton's interpreter (TRITON_INTERPRET=1), which takes CPU tensors",
+                f"{q.device} 上的张量需要在 CUDA GPU 上编译的 kernel；这个进程运行的是 Triton 的解释器"
+                f"（TRITON_INTERPRET=1），它只接受 CPU 张量",
+            )
         )
 
 
@@ -263,15 +324,25 @@ def flash_attention_triton(
     """softmax(q k^T * scale [+ causal mask]) v by the Triton kernel above.
 
     q, k, v (B, H, T, d), any strides, one dtype: float32 or float16 (CPU, interpreted), also bfloat16 (CUDA,
-    compiled); 1 <= d <= 128 (padded inside to a power of two of at least 16: d = 80 costs what d = 128 does).
-    ``block_m``, ``block_n``: powers of two of at least 16, block_n dividing block_m (default: ``block_sizes``).
-    Returns (out (B, H, T, d) in q's dtype, lse (B, H, T) float32: the natural log-sum-exp of each row's
-    scaled scores).
+    compiled; there float32 goes through TF32 in ``tl.dot``, Triton's default); 1 <= d <= 128 (padded inside to a
+    power of two of at least 16: d = 80 costs what d = 128 does). ``block_m``, ``block_n``: powers of two of at least
+    16, block_n dividing block_m (default: ``block_sizes``). Returns (out (B, H, T, d) in q's dtype, lse (B, H, T)
+    float32: the natural log-sum-exp of each row's scaled scores).
     """
+    out, lse, _ = _launch(q, k, v, causal, scale, block_m, block_n)
+    return out, lse
+
+
+def _launch(q, k, v, causal, scale, block_m, block_n):
+    """Check the inputs, launch the kernel; returns (out, lse, Triton's compiled kernel, or None when interpreted)."""
     if not TRITON_AVAILABLE:
         raise RuntimeError(
-            "triton is not installed: it has wheels for Linux only (x86_64 and aarch64); on macOS "
-            "and Windows notebook 14 cannot run its kernels"
+            pick(
+                "triton is not installed: it has wheels for Linux only (x86_64 and aarch64); on macOS "
+                "and Windows notebook 14 cannot run its kernels",
+                "没有安装 triton：它只提供 Linux 的 wheel（x86_64 和 aarch64）；在 macOS 和 Windows 上，"
+                "笔记本 14 的 kernel 无法运行",
+            )
         )
     _check_inputs(q, k, v)
     batch, heads, seq_len, head_dim = q.shape
@@ -279,18 +350,28 @@ def flash_attention_triton(
     block_m, block_n = block_m or default_m, block_n or default_n
     for name, size in (("block_m", block_m), ("block_n", block_n)):
         if not (isinstance(size, int) and size >= 16 and size & (size - 1) == 0):
-            raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot's smallest tile), got {size!r}")
+            raise ValueError(
+                pick(
+                    f"{name} must be a power of two of at least 16, got {size!r} (tl.arange takes powers of two; "
+                    f"P V reduces over block_n keys, and on NVIDIA GPUs tl.dot needs a reduction of at least 16)",
+                    f"{name} 必须是不小于 16 的 2 的幂，收到的是 {size!r}（tl.arange 只接受 2 的幂；P V 沿 block_n "
+                    f"个键求和，而在 NVIDIA GPU 上 tl.dot 的求和维度至少要 16）",
+                )
+            )
     if block_m % block_n:
         raise ValueError(
-            f"block_n={block_n} must divide block_m={block_m}: the causal loop starts its masked "
-            f"blocks at a multiple of block_m"
+            pick(
+                f"block_n={block_n} must divide block_m={block_m}: the causal loop starts its masked "
+                f"blocks at a multiple of block_m",
+                f"block_n={block_n} 必须整除 block_m={block_m}：因果循环中带掩码的块从 block_m 的整数倍处开始",
+            )
         )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(batch, heads, seq_len, device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(seq_len, block_m), batch * heads)
     extra = {} if INTERPRETED else {"num_warps": num_warps, "num_stages": num_stages}
-    _flash_forward_kernel[grid](
+    compiled = _flash_forward_kernel[grid](
         q,
         k,
         v,
@@ -310,15 +391,42 @@ def flash_attention_triton(
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         **extra,
     )
-    return out, lse
+    return out, lse, None if INTERPRETED else compiled
+
+
+def compiled_resources(head_dim: int = 128, dtype=torch.bfloat16, causal: bool = True) -> dict:
+    """What one program of the compiled kernel uses on this CUDA GPU, with ``block_sizes``' launch settings: its
+    shared memory (bytes, from the compiled kernel's metadata), its registers per thread and the registers spilled to
+    local memory (from the loaded binary), and num_warps, num_stages. A GPU only: the interpreter compiles nothing."""
+    if INTERPRETED or not torch.cuda.is_available():
+        raise RuntimeError(
+            pick(
+                "the kernel's resources exist once it is compiled for a CUDA GPU; Triton's interpreter compiles "
+                "nothing",
+                "只有为 CUDA GPU 编译之后，kernel 才有资源用量可读；Triton 的解释器不做编译",
+            )
+        )
+    q = torch.zeros(1, 1, 256, head_dim, device="cuda", dtype=dtype)
+    _, _, kernel = _launch(q, q, q, causal, None, None, None)
+    kernel._init_handles()  # loads the binary: registers and spills are known from then on
+    return {
+        "shared_bytes": int(kernel.metadata.shared),
+        "registers": int(kernel.n_regs),
+        "spills": int(kernel.n_spills),
+        "num_warps": int(kernel.metadata.num_warps),
+        "num_stages": int(kernel.metadata.num_stages),
+    }
 
 
 def flash_backward_reference(q, k, v, out, lse, grad_out, causal: bool = False, scale: float | None = None):
     """FlashAttention's backward in PyTorch, from what the forward kept: q, k, v, out and lse (no probabilities).
 
     P = exp(S - lse) is recomputed from the scores, D = rowsum(dO * O) replaces the softmax's Jacobian:
-    dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K * scale, dK = dS^T Q * scale. Written over whole
-    matrices for clarity; the kernel does the same per tile. Returns (dq, dk, dv), float32.
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K * scale, dK = dS^T Q * scale: five matrix products
+    against the forward's two (2.5 times its FLOPs). Written over whole matrices for clarity; the course has no
+    backward kernel. One in Triton (the fused-attention tutorial's) does the same per tile: a program per key block
+    accumulates dK and dV, and dQ, which every key block adds to, takes a second pass (or atomic adds).
+    Returns (dq, dk, dv), float32.
     """
     q, k, v, out, grad_out = (t.float() for t in (q, k, v, out, grad_out))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale

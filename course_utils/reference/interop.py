@@ -7,6 +7,7 @@ import inspect
 import torch
 from torch import nn
 
+from ..lang import pick
 from ._checks import check_divisible
 from .attention import MultiHeadAttentionWrapper
 from .multihead import GroupedQueryAttention, MultiHeadAttention
@@ -22,9 +23,19 @@ def to_nn_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     For cross-attention (``causal=False``) keys and values are the context (``kdim = vdim = d_context``).
     """
     if mha.num_kv_groups != mha.num_heads:
-        raise ValueError("nn.MultiheadAttention has no grouped K/V heads: map a MultiHeadAttention")
+        raise ValueError(
+            pick(
+                "nn.MultiheadAttention has no grouped K/V heads: map a MultiHeadAttention",
+                "nn.MultiheadAttention 没有分组的 K/V 头：请映射一个 MultiHeadAttention",
+            )
+        )
     if mha.rope:
-        raise ValueError("nn.MultiheadAttention has no rotary position embedding: map a module built with rope=False")
+        raise ValueError(
+            pick(
+                "nn.MultiheadAttention has no rotary position embedding: map a module built with rope=False",
+                "nn.MultiheadAttention 没有旋转位置编码：请映射一个用 rope=False 构造的模块",
+            )
+        )
     same = mha.d_in == mha.d_out == mha.d_context
     p = mha.W_query.weight
     torch_mha = nn.MultiheadAttention(
@@ -97,12 +108,21 @@ def copy_parameters(src: nn.Module, dst: nn.Module) -> nn.Module:
     src_params, dst_params = dict(src.named_parameters()), dict(dst.named_parameters())
     if src_params.keys() != dst_params.keys():
         raise ValueError(
-            f"parameter names differ: only in source {sorted(src_params.keys() - dst_params.keys())}, "
-            f"only in target {sorted(dst_params.keys() - src_params.keys())}"
+            pick(
+                f"parameter names differ: only in source {sorted(src_params.keys() - dst_params.keys())}, "
+                f"only in target {sorted(dst_params.keys() - src_params.keys())}",
+                f"参数名不一致：只在源模块里有 {sorted(src_params.keys() - dst_params.keys())}，"
+                f"只在目标模块里有 {sorted(dst_params.keys() - src_params.keys())}",
+            )
         )
     for name, p in src_params.items():
         if p.shape != dst_params[name].shape:
-            raise ValueError(f"{name}: source shape {tuple(p.shape)} != target shape {tuple(dst_params[name].shape)}")
+            raise ValueError(
+                pick(
+                    f"{name}: source shape {tuple(p.shape)} != target shape {tuple(dst_params[name].shape)}",
+                    f"{name}：源模块的形状 {tuple(p.shape)} != 目标模块的形状 {tuple(dst_params[name].shape)}",
+                )
+            )
     with torch.no_grad():
         for name, p in src_params.items():
             dst_params[name].copy_(p)
@@ -121,8 +141,12 @@ def constructor_options(attn: GroupedQueryAttention) -> dict:
     missing = [n for n in names if n not in derived and not hasattr(attn, n)]
     if missing:
         raise ValueError(
-            f"GroupedQueryAttention does not store the constructor option(s) {missing}: store them "
-            "under their own names (or derive them in constructor_options) so that copies keep them"
+            pick(
+                f"GroupedQueryAttention does not store the constructor option(s) {missing}: store them "
+                "under their own names (or derive them in constructor_options) so that copies keep them",
+                f"GroupedQueryAttention 没有保存构造参数 {missing}：请以它们自己的名字保存"
+                "（或在 constructor_options 里推导出来），这样拷贝出的模块才能保留它们",
+            )
         )
     return {n: derived[n] if n in derived else getattr(attn, n) for n in names}
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ..lang import pick
+
 
 class KVCache:
     """What every cache offers: ``update`` appends new keys/values and returns all of them so far."""
@@ -43,15 +45,23 @@ class KVCache:
     def _check_new(keys, values, expected=None) -> None:
         if keys.ndim != 4 or keys.shape != values.shape:
             raise ValueError(
-                "KV cache update needs keys and values of the same shape (batch, num_kv_heads, "
-                f"num_tokens, head_dim), got {tuple(keys.shape)} and {tuple(values.shape)}"
+                pick(
+                    "KV cache update needs keys and values of the same shape (batch, num_kv_heads, "
+                    f"num_tokens, head_dim), got {tuple(keys.shape)} and {tuple(values.shape)}",
+                    "更新 KV 缓存需要形状相同的 keys 和 values (batch, num_kv_heads, num_tokens, head_dim)，"
+                    f"收到的是 {tuple(keys.shape)} 和 {tuple(values.shape)}",
+                )
             )
         if expected is not None:
             b, h, d = expected
             if (keys.shape[0], keys.shape[1], keys.shape[3]) != (b, h, d):
                 raise ValueError(
-                    f"KV cache holds (batch={b}, num_kv_heads={h}, head_dim={d}), got new keys of shape "
-                    f"{tuple(keys.shape)}"
+                    pick(
+                        f"KV cache holds (batch={b}, num_kv_heads={h}, head_dim={d}), got new keys of shape "
+                        f"{tuple(keys.shape)}",
+                        f"KV 缓存存的是 (batch={b}, num_kv_heads={h}, head_dim={d})，"
+                        f"收到的新 keys 形状为 {tuple(keys.shape)}",
+                    )
                 )
 
 
@@ -107,8 +117,13 @@ class PreallocatedKVCache(KVCache):
         start, end = self.seq_len, self.seq_len + keys.shape[2]
         if end > self.max_len:
             raise ValueError(
-                f"KV cache overflow: it holds {self.max_len} tokens, {start} are cached and "
-                f"{keys.shape[2]} more would need {end}; make a larger cache or reset() it"
+                pick(
+                    f"KV cache overflow: it holds {self.max_len} tokens, {start} are cached and "
+                    f"{keys.shape[2]} more would need {end}; make a larger cache or reset() it",
+                    f"KV 缓存溢出：它能存 {self.max_len} 个 token，已缓存 {start} 个，"
+                    f"再加 {keys.shape[2]} 个就需要 {end} 个；"
+                    "请用更大的缓存或先 reset()",
+                )
             )
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
@@ -131,14 +146,22 @@ class LatentKVCache(KVCache):
     def _check_new(c_kv, k_rope, expected=None) -> None:
         if c_kv.ndim != 3 or k_rope.ndim != 3 or c_kv.shape[:2] != k_rope.shape[:2]:
             raise ValueError(
-                f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
-                f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}"
+                pick(
+                    f"LatentKVCache.update needs c_kv (batch, n, kv_latent_dim) and k_rope (batch, n, "
+                    f"rope_dim) for the same tokens, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}",
+                    "LatentKVCache.update 需要同一批 token 的 c_kv (batch, n, kv_latent_dim) 和 k_rope (batch, n, "
+                    f"rope_dim)，收到的是 {tuple(c_kv.shape)} 和 {tuple(k_rope.shape)}",
+                )
             )
         if expected is not None and (c_kv.shape[0], c_kv.shape[2], k_rope.shape[2]) != expected:
             b, dc, r = expected
             raise ValueError(
-                f"LatentKVCache holds (batch={b}, kv_latent_dim={dc}, rope_dim={r}), got new c_kv "
-                f"{tuple(c_kv.shape)} and k_rope {tuple(k_rope.shape)}"
+                pick(
+                    f"LatentKVCache holds (batch={b}, kv_latent_dim={dc}, rope_dim={r}), got new c_kv "
+                    f"{tuple(c_kv.shape)} and k_rope {tuple(k_rope.shape)}",
+                    f"LatentKVCache 存的是 (batch={b}, kv_latent_dim={dc}, rope_dim={r})，"
+                    f"收到的新 c_kv 为 {tuple(c_kv.shape)}，k_rope 为 {tuple(k_rope.shape)}",
+                )
             )
 
 
@@ -186,8 +209,13 @@ class PreallocatedLatentKVCache(LatentKVCache):
         start, end = self.seq_len, self.seq_len + c_kv.shape[1]
         if end > self.max_len:
             raise ValueError(
-                f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
-                f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it"
+                pick(
+                    f"latent cache overflow: it holds {self.max_len} tokens, {start} are cached and "
+                    f"{c_kv.shape[1]} more would need {end}; make a larger cache or reset() it",
+                    f"潜向量缓存溢出：它能存 {self.max_len} 个 token，已缓存 {start} 个，"
+                    f"再加 {c_kv.shape[1]} 个就需要 {end} 个；"
+                    "请用更大的缓存或先 reset()",
+                )
             )
         self.c_kv[:, start:end] = c_kv
         self.k_rope[:, start:end] = k_rope

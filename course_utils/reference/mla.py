@@ -31,6 +31,7 @@ import math
 import torch
 from torch import nn
 
+from ..lang import pick
 from ._checks import check_divisible, check_tokens
 from .kv_cache import GrowingLatentKVCache, LatentKVCache, PreallocatedLatentKVCache
 from .rotary import apply_rope, rope_cos_sin
@@ -71,11 +72,26 @@ class MultiHeadLatentAttention(nn.Module):
         check_divisible(d_out, num_heads, f"d_out ({d_out}) and num_heads ({num_heads})")
         for name, value in (("kv_latent_dim", kv_latent_dim), ("rope_dim", rope_dim)):
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(
+                    pick(
+                        f"{name} must be a positive int, got {value!r}",
+                        f"{name} 必须是正整数，收到的是 {value!r}",
+                    )
+                )
         if rope_dim % 2:
-            raise ValueError(f"rope_dim must be even (RoPE rotates pairs of features), got {rope_dim}")
+            raise ValueError(
+                pick(
+                    f"rope_dim must be even (RoPE rotates pairs of features), got {rope_dim}",
+                    f"rope_dim 必须是偶数（RoPE 成对旋转特征），收到的是 {rope_dim}",
+                )
+            )
         if q_latent_dim is not None and (not isinstance(q_latent_dim, int) or q_latent_dim <= 0):
-            raise ValueError(f"q_latent_dim must be None or a positive int, got {q_latent_dim!r}")
+            raise ValueError(
+                pick(
+                    f"q_latent_dim must be None or a positive int, got {q_latent_dim!r}",
+                    f"q_latent_dim 必须是 None 或正整数，收到的是 {q_latent_dim!r}",
+                )
+            )
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
         self.num_heads, self.head_dim = num_heads, d_out // num_heads
         self.kv_latent_dim, self.rope_dim, self.q_latent_dim = kv_latent_dim, rope_dim, q_latent_dim
@@ -133,7 +149,12 @@ class MultiHeadLatentAttention(nn.Module):
         b, n, _ = x.shape
         past_len = 0 if cache is None else cache.seq_len
         if past_len + n > self.context_length:
-            raise ValueError(f"{past_len} cached + {n} new tokens exceed context_length={self.context_length}")
+            raise ValueError(
+                pick(
+                    f"{past_len} cached + {n} new tokens exceed context_length={self.context_length}",
+                    f"已缓存 {past_len} 个 + 新的 {n} 个 token 超过了 context_length={self.context_length}",
+                )
+            )
 
         q_nope, q_rope = self._queries(x)  # (B, nh, n, hd), (B, nh, n, r)
         c_kv = self.W_dkv(x)  # (B, n, dc)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..lang import pick
 from ._checks import check_divisible, check_tokens
 from .attention import attend
 from .kv_cache import GrowingKVCache, KVCache, PreallocatedKVCache
@@ -67,11 +68,19 @@ class GroupedQueryAttention(nn.Module):
         check_divisible(num_heads, num_kv_groups, f"num_heads ({num_heads}) and num_kv_groups ({num_kv_groups})")
         if rope and (d_out // num_heads) % 2:
             raise ValueError(
-                f"rope=True rotates pairs of features: head_dim = d_out // num_heads = "
-                f"{d_out // num_heads} must be even"
+                pick(
+                    f"rope=True rotates pairs of features: head_dim = d_out // num_heads = "
+                    f"{d_out // num_heads} must be even",
+                    f"rope=True 要成对旋转特征：head_dim = d_out // num_heads = {d_out // num_heads} 必须是偶数",
+                )
             )
         if rope and not rope_base > 1:
-            raise ValueError(f"rope_base must be > 1, got {rope_base}")
+            raise ValueError(
+                pick(
+                    f"rope_base must be > 1, got {rope_base}",
+                    f"rope_base 必须大于 1，收到的是 {rope_base}",
+                )
+            )
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
         self.d_context = d_in if d_context is None else d_context
         self.num_heads, self.num_kv_groups = num_heads, num_kv_groups
@@ -112,22 +121,45 @@ class GroupedQueryAttention(nn.Module):
         check_tokens(x, self.d_in, self.context_length)
         b, num_queries, _ = x.shape
         if positions is not None and not self.rope:
-            raise ValueError("positions=... is only used with RoPE: build the module with rope=True")
+            raise ValueError(
+                pick(
+                    "positions=... is only used with RoPE: build the module with rope=True",
+                    "positions=... 只在使用 RoPE 时有用：请用 rope=True 构造模块",
+                )
+            )
         if context is None:
             context = x
         else:
             if self.causal:
-                raise ValueError("cross-attention (context=...) is not causal: build the module with causal=False")
+                raise ValueError(
+                    pick(
+                        "cross-attention (context=...) is not causal: build the module with causal=False",
+                        "交叉注意力（context=...）不是因果的：请用 causal=False 构造模块",
+                    )
+                )
             if self.rope:
                 raise ValueError(
-                    "rope=True is for self-attention: a cross-attention context has no positions in x's sequence"
+                    pick(
+                        "rope=True is for self-attention: a cross-attention context has no positions in x's sequence",
+                        "rope=True 用于自注意力：交叉注意力的 context 在 x 的序列里没有位置",
+                    )
                 )
             check_tokens(context, self.d_context, name="context")
             if context.shape[0] != b:
-                raise ValueError(f"context has batch {context.shape[0]} but x has batch {b}")
+                raise ValueError(
+                    pick(
+                        f"context has batch {context.shape[0]} but x has batch {b}",
+                        f"context 的 batch 是 {context.shape[0]}，而 x 的 batch 是 {b}",
+                    )
+                )
             if cache is not None:
                 # the cache appends every call's keys/values: right for new tokens, wrong for a fixed context
-                raise ValueError("cache=... is for self-attention decoding; cross-attention keys/values do not grow")
+                raise ValueError(
+                    pick(
+                        "cache=... is for self-attention decoding; cross-attention keys/values do not grow",
+                        "cache=... 用于自注意力的解码；交叉注意力的键和值不会增长",
+                    )
+                )
 
         queries = self._split_heads(self.W_query(x), self.num_heads)  # (B, nh, Sq, hd)
         keys = self._split_heads(self.W_key(context), self.num_kv_groups)  # (B, ng, Sk, hd)
@@ -138,7 +170,11 @@ class GroupedQueryAttention(nn.Module):
             past_len = cache.seq_len
             if past_len + num_queries > self.context_length:
                 raise ValueError(
-                    f"{past_len} cached + {num_queries} new tokens exceed context_length={self.context_length}"
+                    pick(
+                        f"{past_len} cached + {num_queries} new tokens exceed context_length={self.context_length}",
+                        f"已缓存 {past_len} 个 + 新的 {num_queries} 个 token "
+                        f"超过了 context_length={self.context_length}",
+                    )
                 )
         if self.rope:
             queries, keys = self._rotate(queries, keys, past_len, positions)  # before caching; values never
@@ -156,14 +192,23 @@ class GroupedQueryAttention(nn.Module):
             extra = expand_mask(mask, b, num_queries, num_keys)  # (B or 1, 1 or nh, Sq or 1, Sk)
             if extra.shape[1] not in (1, self.num_heads):
                 raise ValueError(
-                    f"attention mask of shape {tuple(mask.shape)} has {extra.shape[1]} "
-                    f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}"
+                    pick(
+                        f"attention mask of shape {tuple(mask.shape)} has {extra.shape[1]} "
+                        f"heads in axis 1; expected 1 (broadcast) or num_heads={self.num_heads}",
+                        f"形状为 {tuple(mask.shape)} 的注意力掩码在第 1 轴有 {extra.shape[1]} 个头；应为 1"
+                        f"（广播）或 num_heads={self.num_heads}",
+                    )
                 )
             hidden = extra if hidden is None else hidden | extra
 
         if self.use_sdpa:
             if return_weights:
-                raise ValueError("return_weights=True needs the reference path (use_sdpa=False)")
+                raise ValueError(
+                    pick(
+                        "return_weights=True needs the reference path (use_sdpa=False)",
+                        "return_weights=True 需要走参考实现（use_sdpa=False）",
+                    )
+                )
             context_vec = self._sdpa(queries, keys, values, hidden, plain_causal=mask is None and past_len == 0)
             weights = None
         else:
@@ -183,8 +228,12 @@ class GroupedQueryAttention(nn.Module):
             positions = torch.as_tensor(positions, device=queries.device)
             if positions.shape not in ((num_new,), (b, num_new)):
                 raise ValueError(
-                    f"positions must have shape ({num_new},) or ({b}, {num_new}), one per new token; "
-                    f"got {tuple(positions.shape)}"
+                    pick(
+                        f"positions must have shape ({num_new},) or ({b}, {num_new}), one per new token; "
+                        f"got {tuple(positions.shape)}",
+                        f"positions 的形状必须是 ({num_new},) 或 ({b}, {num_new})，每个新 token 一个位置；"
+                        f"收到的是 {tuple(positions.shape)}",
+                    )
                 )
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_base, dtype=queries.dtype, device=queries.device)
         return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)

@@ -20,31 +20,71 @@ import math
 
 import torch
 
+from ..lang import pick
 from .masks import check_mask
 
 
 def _check(q, k, v, block_size, causal, mask):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise ValueError(
+                pick(
+                    f"{name} must be a torch.Tensor, got {type(t).__name__}",
+                    f"{name} 必须是 torch.Tensor，收到的是 {type(t).__name__}",
+                )
+            )
         if t.ndim < 2:
-            raise ValueError(f"{name} must have shape (..., num_tokens, dim), got {tuple(t.shape)}")
+            raise ValueError(
+                pick(
+                    f"{name} must have shape (..., num_tokens, dim), got {tuple(t.shape)}",
+                    f"{name} 的形状必须是 (..., num_tokens, dim)，收到的是 {tuple(t.shape)}",
+                )
+            )
     if not (isinstance(block_size, int) and block_size >= 1):
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        raise ValueError(
+            pick(
+                f"block_size must be a positive int, got {block_size!r}",
+                f"block_size 必须是正整数，收到的是 {block_size!r}",
+            )
+        )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys need the same head_dim, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+        raise ValueError(
+            pick(
+                f"queries and keys need the same head_dim, got q {tuple(q.shape)} and k {tuple(k.shape)}",
+                f"查询和键的 head_dim 必须相同，收到的是 q {tuple(q.shape)} 和 k {tuple(k.shape)}",
+            )
+        )
     if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"keys and values need one row per key token, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(
+            pick(
+                f"keys and values need one row per key token, got k {tuple(k.shape)} and v {tuple(v.shape)}",
+                f"键和值必须每个键 token 一行，收到的是 k {tuple(k.shape)} 和 v {tuple(v.shape)}",
+            )
+        )
     if q.shape[:-2] != k.shape[:-2]:
         raise ValueError(
-            f"q and k must share their leading (batch, heads) axes, got {tuple(q.shape)} and "
-            f"{tuple(k.shape)}; for GQA repeat the K/V heads first (repeat_kv)"
+            pick(
+                f"q and k must share their leading (batch, heads) axes, got {tuple(q.shape)} and "
+                f"{tuple(k.shape)}; for GQA repeat the K/V heads first (repeat_kv)",
+                f"q 和 k 的前几个轴 (batch, heads) 必须相同，收到的是 {tuple(q.shape)} 和 {tuple(k.shape)}；"
+                "GQA 请先复制 K/V 头（repeat_kv）",
+            )
         )
     if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
-        raise ValueError(f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(
+            pick(
+                f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
+                f"q、k、v 必须是同一种浮点 dtype，收到的是 {q.dtype}、{k.dtype}、{v.dtype}",
+            )
+        )
     num_queries, num_keys = q.shape[-2], k.shape[-2]
     if causal and num_queries > num_keys:
-        raise ValueError(f"causal attention: {num_queries} queries cannot follow only {num_keys} keys")
+        raise ValueError(
+            pick(
+                f"causal attention: {num_queries} queries cannot follow only {num_keys} keys",
+                f"因果注意力：{num_queries} 个查询不能只跟在 {num_keys} 个键之后",
+            )
+        )
     if mask is None:
         return None
     check_mask(mask)
@@ -53,8 +93,11 @@ def _check(q, k, v, block_size, causal, mask):
         return mask.expand(full)  # a view: slicing a tile of it costs nothing
     except RuntimeError:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-            f"{full} (..., num_queries, num_keys)"
+            pick(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                f"{full} (..., num_queries, num_keys)",
+                f"形状为 {tuple(mask.shape)} 的掩码不能广播到分数的形状 {full} (..., num_queries, num_keys)",
+            )
         ) from None
 
 

@@ -33,6 +33,7 @@ from collections import deque
 
 import torch
 
+from ..lang import pick
 from .attention import attend
 
 
@@ -56,7 +57,12 @@ class PagedKVCache:
             ("head_dim", head_dim),
         ):
             if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(
+                    pick(
+                        f"{name} must be a positive int, got {value!r}",
+                        f"{name} 必须是正整数，收到的是 {value!r}",
+                    )
+                )
         self.num_blocks, self.block_size = num_blocks, block_size
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -72,7 +78,12 @@ class PagedKVCache:
     def add_sequence(self, seq_id) -> None:
         """Start an empty sequence (it gets blocks as it writes)."""
         if seq_id in self.block_tables:
-            raise ValueError(f"sequence {seq_id!r} is already in the cache; free() it first or pick a new id")
+            raise ValueError(
+                pick(
+                    f"sequence {seq_id!r} is already in the cache; free() it first or pick a new id",
+                    f"序列 {seq_id!r} 已经在缓存里了；请先 free() 它，或换一个新 id",
+                )
+            )
         self.block_tables[seq_id], self.seq_lens[seq_id] = [], 0
 
     def fork(self, parent_id, child_id) -> None:
@@ -100,8 +111,12 @@ class PagedKVCache:
         self._check_seq(seq_id)
         if not (isinstance(length, int) and 0 <= length <= self.seq_lens[seq_id]):
             raise ValueError(
-                f"truncate: length must be an int in [0, {self.seq_lens[seq_id]}] (the tokens of "
-                f"{seq_id!r}), got {length!r}"
+                pick(
+                    f"truncate: length must be an int in [0, {self.seq_lens[seq_id]}] (the tokens of "
+                    f"{seq_id!r}), got {length!r}",
+                    f"truncate：length 必须是 [0, {self.seq_lens[seq_id]}] 之间的整数（{seq_id!r} 的 token 数），"
+                    f"收到的是 {length!r}",
+                )
             )
         table = self.block_tables[seq_id]
         keep = -(-length // self.block_size)  # blocks that still hold a token
@@ -115,7 +130,12 @@ class PagedKVCache:
     def _check_seq(self, seq_id) -> None:
         if seq_id not in self.block_tables:
             known = list(self.block_tables)
-            raise KeyError(f"no sequence {seq_id!r} in the paged cache (it holds {known}); add_sequence() it first")
+            raise KeyError(
+                pick(
+                    f"no sequence {seq_id!r} in the paged cache (it holds {known}); add_sequence() it first",
+                    f"分页缓存里没有序列 {seq_id!r}（现有的是 {known}）；请先 add_sequence()",
+                )
+            )
 
     def _allocate(self) -> int:
         block = self.free_blocks.popleft()
@@ -143,9 +163,15 @@ class PagedKVCache:
         needed = (last + 1 - len(table)) + len(shared)
         if needed > len(self.free_blocks):
             raise OutOfBlocksError(
-                f"paged KV cache is full: sequence {seq_id!r} needs {needed} more block(s) of {self.block_size} "
-                f"tokens to grow from {start} to {end} tokens, but only {len(self.free_blocks)} of "
-                f"{self.num_blocks} are free; free() finished sequences or make a larger pool"
+                pick(
+                    f"paged KV cache is full: sequence {seq_id!r} needs {needed} more block(s) of {self.block_size} "
+                    f"tokens to grow from {start} to {end} tokens, but only {len(self.free_blocks)} of "
+                    f"{self.num_blocks} are free; free() finished sequences or make a larger pool",
+                    f"分页 KV 缓存已满：序列 {seq_id!r} 从 {start} 个 token 增长到 {end} 个，"
+                    f"还需要 {needed} 个大小为 {self.block_size} 的块，"
+                    f"但 {self.num_blocks} 个块中只有 {len(self.free_blocks)} 个空闲；请 free() 已结束的序列，"
+                    "或用更大的块池",
+                )
             )
         for j in shared:  # copy-on-write: the other holders keep the old block untouched
             old, new = table[j], self._allocate()
@@ -181,8 +207,12 @@ class PagedKVCache:
         expected = (self.num_kv_heads, self.head_dim)
         if keys.ndim != 3 or keys.shape != values.shape or (keys.shape[0], keys.shape[2]) != expected:
             raise ValueError(
-                f"paged cache append needs keys and values of shape (num_kv_heads={expected[0]}, "
-                f"num_new, head_dim={expected[1]}), got {tuple(keys.shape)} and {tuple(values.shape)}"
+                pick(
+                    f"paged cache append needs keys and values of shape (num_kv_heads={expected[0]}, "
+                    f"num_new, head_dim={expected[1]}), got {tuple(keys.shape)} and {tuple(values.shape)}",
+                    f"分页缓存的 append 需要形状为 (num_kv_heads={expected[0]}, num_new, head_dim={expected[1]}) "
+                    f"的键和值，收到的是 {tuple(keys.shape)} 和 {tuple(values.shape)}",
+                )
             )
         num_new = keys.shape[1]
         if num_new == 0:
@@ -204,14 +234,23 @@ class PagedKVCache:
         expected = (len(seq_ids), self.num_kv_heads, self.head_dim)
         if keys.shape != expected or values.shape != expected:
             raise ValueError(
-                f"append_tokens needs keys and values of shape (batch={expected[0]}, num_kv_heads="
-                f"{expected[1]}, head_dim={expected[2]}), one new token per sequence id, got "
-                f"{tuple(keys.shape)} and {tuple(values.shape)}"
+                pick(
+                    f"append_tokens needs keys and values of shape (batch={expected[0]}, num_kv_heads="
+                    f"{expected[1]}, head_dim={expected[2]}), one new token per sequence id, got "
+                    f"{tuple(keys.shape)} and {tuple(values.shape)}",
+                    f"append_tokens 需要形状为 (batch={expected[0]}, num_kv_heads={expected[1]}, "
+                    f"head_dim={expected[2]}) 的键和值，每个序列 id 一个新 token，"
+                    f"收到的是 {tuple(keys.shape)} 和 {tuple(values.shape)}",
+                )
             )
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError(
-                f"append_tokens writes one token per sequence: {seq_ids} names a sequence twice; "
-                "use append() to write several tokens of one sequence"
+                pick(
+                    f"append_tokens writes one token per sequence: {seq_ids} names a sequence twice; "
+                    "use append() to write several tokens of one sequence",
+                    f"append_tokens 每个序列只写一个 token：{seq_ids} 里有序列出现了两次；"
+                    "要给一个序列写多个 token 请用 append()",
+                )
             )
         for seq_id in seq_ids:
             self._check_seq(seq_id)
@@ -219,9 +258,15 @@ class PagedKVCache:
         needed = sum(self._blocks_needed(s, self.seq_lens[s] + 1) for s in growing)
         if needed > len(self.free_blocks):
             raise OutOfBlocksError(
-                f"paged KV cache is full: this step's {len(seq_ids)} new tokens need {needed} more block(s) of "
-                f"{self.block_size} tokens, but only {len(self.free_blocks)} of {self.num_blocks} are free; "
-                "free() finished sequences or make a larger pool"
+                pick(
+                    f"paged KV cache is full: this step's {len(seq_ids)} new tokens need {needed} more block(s) of "
+                    f"{self.block_size} tokens, but only {len(self.free_blocks)} of {self.num_blocks} are free; "
+                    "free() finished sequences or make a larger pool",
+                    "分页 KV 缓存已满："
+                    f"这一步的 {len(seq_ids)} 个新 token 还需要 {needed} 个大小为 {self.block_size} 的块，"
+                    f"但 {self.num_blocks} 个块中只有 {len(self.free_blocks)} 个空闲；请 free() 已结束的序列，"
+                    "或用更大的块池",
+                )
             )
         step_slots = []  # the step's slot mapping, worked out on the host from the books, as vLLM's scheduler does
         for seq_id in seq_ids:  # the books: a new block at a block boundary, a copy of a shared block
@@ -311,20 +356,33 @@ def paged_attention(query: torch.Tensor, cache: PagedKVCache, seq_ids, scale=Non
     """
     if query.ndim not in (3, 4) or query.shape[0] != len(seq_ids) or query.shape[-1] != cache.head_dim:
         raise ValueError(
-            f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
-            f"one row per sequence id, got {tuple(query.shape)}"
+            pick(
+                f"query must be (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim}), "
+                f"one row per sequence id, got {tuple(query.shape)}",
+                f"query 必须是 (batch={len(seq_ids)}, num_heads, [num_queries,] head_dim={cache.head_dim})，"
+                f"每个序列 id 一行，收到的是 {tuple(query.shape)}",
+            )
         )
     one_step = query.ndim == 3
     q = query[:, :, None, :] if one_step else query  # (B, num_heads, num_queries, hd)
     num_heads, num_queries = q.shape[1], q.shape[2]
     if num_heads % cache.num_kv_heads:
-        raise ValueError(f"num_heads={num_heads} must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}")
+        raise ValueError(
+            pick(
+                f"num_heads={num_heads} must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}",
+                f"num_heads={num_heads} 必须是缓存的 num_kv_heads={cache.num_kv_heads} 的整数倍",
+            )
+        )
     tables, lens = cache.batch_tables(seq_ids)  # (B, max_blocks), (B,)
     host_lens = [cache.seq_lens[s] for s in seq_ids]  # the books are on the host: no read back from the device
     if min(host_lens) < num_queries:
         raise ValueError(
-            f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
-            f"{host_lens}; append the queries' own keys and values first"
+            pick(
+                f"{num_queries} queries per sequence need at least that many cached tokens, got lengths "
+                f"{host_lens}; append the queries' own keys and values first",
+                f"每个序列 {num_queries} 个查询，至少需要同样多的已缓存 token，收到的长度是 {host_lens}；"
+                "请先追加这些查询自己的键和值",
+            )
         )
     batch, max_len, kv_heads, bs = len(seq_ids), max(host_lens), cache.num_kv_heads, cache.block_size
     # One gather straight into the layout attention reads. The pool is rows of head_dim: K/V head g of slot

@@ -9,7 +9,14 @@ After ``world_size`` steps every query has seen every key, exactly.
 
 Causal attention makes the ring lopsided: with contiguous chunks rank 0's queries see only its own keys, the last
 rank's see all of them. The **zigzag** layout cuts the sequence into ``2 * world_size`` pieces and gives rank ``r``
-pieces ``r`` and ``2 * world_size - 1 - r`` (one early, one late), so every rank does the same work.
+pieces ``r`` and ``2 * world_size - 1 - r`` (one early, one late): every rank then has the same visible query-key
+pairs at every step. The work is balanced only if a step computes just those: at every step but the first, the
+visible pairs of a zigzag chunk are one half of the queries against all keys, or all queries against one half of the
+keys (ring-flash-attention's zigzag forward slices so, as PyTorch's ``_templated_ring_attention`` does). A step
+here computes the rows that see some key against the keys some row sees (``attend_visible``), which is that half.
+
+K and V travel with their own heads (``Hkv`` of them, under GQA fewer than the query heads): a rank expands them to
+the query heads only after receiving them, so the ring sends ``Hkv / H`` of what expanded K/V would cost.
 
 The two other ways to split attention over the sequence are here as byte counts and as simulations:
 **all-gather** context parallelism (every rank gathers all K/V, then attends its queries) and **Ulysses** (an
@@ -36,6 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..lang import pick
 from .split_k import merge_partials
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -47,13 +55,26 @@ LAYOUTS = ("contiguous", "zigzag")
 
 def _check_split(seq_len, world_size, layout):
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise ValueError(
+            pick(
+                f"layout must be one of {LAYOUTS}, got {layout!r}",
+                f"layout 必须是 {LAYOUTS} 之一，收到的是 {layout!r}",
+            )
+        )
     if not (isinstance(world_size, int) and world_size >= 1):
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        raise ValueError(
+            pick(
+                f"world_size must be a positive int, got {world_size!r}",
+                f"world_size 必须是正整数，收到的是 {world_size!r}",
+            )
+        )
     pieces = world_size * (2 if layout == "zigzag" else 1)
     if seq_len < pieces:
         raise ValueError(
-            f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, world_size={world_size})"
+            pick(
+                f"{seq_len} tokens cannot be cut into {pieces} non-empty pieces ({layout}, world_size={world_size})",
+                f"{seq_len} 个 token 切不成 {pieces} 段非空的片段（{layout}，world_size={world_size}）",
+            )
         )
 
 
@@ -94,10 +115,14 @@ def ring_sources(world_size: int) -> list[list[int]]:
 
 
 def attend_chunk(q, k, v, q_pos, k_pos, causal: bool, scale=None):
-    """softmax over one K/V chunk: q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv) at sequence positions q_pos
-    (Sq,) and k_pos (Sk,); causal hides keys after their query. Returns (out (..., Sq, dv), lse (..., Sq)); a row
-    whose keys are all hidden gets out = 0 and lse = -inf, with gradients 0, not NaN."""
+    """softmax over one K/V chunk: q (..., H, Sq, d), k (..., Hkv, Sk, d), v (..., Hkv, Sk, dv) at sequence positions
+    q_pos (Sq,) and k_pos (Sk,); Hkv divides H (GQA: query head h reads K/V head h // (H / Hkv), as ``repeat_kv``);
+    causal hides keys after their query. Returns (out (..., H, Sq, dv), lse (..., H, Sq)); a row whose keys are all
+    hidden gets out = 0 and lse = -inf, with gradients 0, not NaN."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:  # K/V arrived with their own heads: expand them here
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     s = (q @ k.transpose(-2, -1)) * scale  # (..., Sq, Sk)
     if causal:
         s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
@@ -131,6 +156,39 @@ def visible_pairs(q_pos, k_pos, causal: bool) -> int:
     return int((k_pos[None, :] <= q_pos[:, None]).sum())
 
 
+def visible_rows_and_keys(q_pos, k_pos, causal: bool):
+    """(rows, keys): the query rows that see some key of the chunk, and the keys some row sees (index tensors)."""
+    if not causal:
+        return torch.arange(len(q_pos), device=q_pos.device), torch.arange(len(k_pos), device=k_pos.device)
+    rows = torch.nonzero(q_pos >= k_pos.min()).flatten()
+    keys = torch.nonzero(k_pos <= q_pos.max()).flatten()
+    return rows, keys
+
+
+def computed_scores(q_pos, k_pos, causal: bool) -> int:
+    """How many scores ``attend_visible`` computes at this step: rows that see something x keys that are seen."""
+    rows, keys = visible_rows_and_keys(q_pos, k_pos, causal)
+    return len(rows) * len(keys)
+
+
+def attend_visible(q, k, v, q_pos, k_pos, causal: bool, scale=None):
+    """``attend_chunk`` on the part of the chunk that matters: the rows that see some key against the keys some row
+    sees (with zigzag, at every step but the first, one half of the block); the other rows get out = 0 and
+    lse = -inf, as ``attend_chunk`` gives them. The same result, fewer scores computed."""
+    rows, keys = visible_rows_and_keys(q_pos, k_pos, causal)
+    if len(rows) == len(q_pos) and len(keys) == len(k_pos):
+        return attend_chunk(q, k, v, q_pos, k_pos, causal, scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out_rows, lse_rows = attend_chunk(
+        q[..., rows, :], k[..., keys, :], v[..., keys, :], q_pos[rows], k_pos[keys], causal, scale
+    )
+    out = out_rows.new_zeros(*out_rows.shape[:-2], len(q_pos), out_rows.shape[-1])
+    lse = lse_rows.new_full((*lse_rows.shape[:-1], len(q_pos)), float("-inf"))
+    out = out.index_copy(-2, rows, out_rows)  # out of place: gradients flow to the computed rows
+    lse = lse.index_copy(-1, rows, lse_rows)
+    return out, lse
+
+
 # ---------------------------------------------------------------------------------------------
 # the ring, every rank simulated in one process
 
@@ -139,12 +197,24 @@ def _check_qkv(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim < 2:
             raise ValueError(
-                f"{name} must be a tensor of shape (..., num_tokens, dim), got {getattr(t, 'shape', type(t).__name__)}"
+                pick(
+                    f"{name} must be a tensor of shape (..., num_tokens, dim), got "
+                    f"{getattr(t, 'shape', type(t).__name__)}",
+                    f"{name} 必须是形状为 (..., num_tokens, dim) 的张量，收到的是 "
+                    f"{getattr(t, 'shape', type(t).__name__)}",
+                )
             )
-    if q.shape[:-1] != k.shape[:-1] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+    gqa = q.ndim >= 3 and k.ndim == q.ndim and 0 < k.shape[-3] and q.shape[-3] % k.shape[-3] == 0
+    same_lead = q.shape[:-1] == k.shape[:-1] or (gqa and (q.shape[:-3], q.shape[-2]) == (k.shape[:-3], k.shape[-2]))
+    if not same_lead or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"self-attention over one sequence needs q, k (..., S, d) and v (..., S, dv) with the same "
-            f"leading axes, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            pick(
+                f"self-attention over one sequence needs q, k (..., S, d) and v (..., S, dv) with the same "
+                f"leading axes (or, GQA, K/V heads dividing the query heads), got {tuple(q.shape)}, {tuple(k.shape)}, "
+                f"{tuple(v.shape)}",
+                f"对一条序列做自注意力，需要 q、k (..., S, d) 和 v (..., S, dv) 的前几个轴相同（GQA 时 K/V 头数要整除"
+                f"查询头数），收到的是 {tuple(q.shape)}、{tuple(k.shape)}、{tuple(v.shape)}",
+            )
         )
 
 
@@ -161,7 +231,7 @@ def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, lay
             src = (rank - step) % world_size  # the K/V chunk that has travelled ``step`` hops to reach this rank
             if chunk_hidden(positions[rank], positions[src], causal):
                 continue
-            out_i, lse_i = attend_chunk(
+            out_i, lse_i = attend_visible(
                 q_chunks[rank], k_chunks[src], v_chunks[src], positions[rank], positions[src], causal, scale
             )
             out, lse = merge_step(out, lse, out_i, lse_i)
@@ -171,14 +241,23 @@ def ring_attention_simulated(q, k, v, world_size: int, causal: bool = False, lay
     return gather_sequence(outs, layout), gather_sequence([x[..., None] for x in lses], layout)[..., 0]
 
 
-def work_per_step(seq_len: int, world_size: int, causal: bool, layout: str = "contiguous") -> torch.Tensor:
-    """work[step, rank]: the visible (query, key) pairs rank ``rank`` computes at ring step ``step``. A step's
-    time is its slowest rank's, so the ring's time is ``work.amax(dim=1).sum()``; perfect balance is
-    ``work.sum() / world_size``."""
+def work_per_step(
+    seq_len: int, world_size: int, causal: bool, layout: str = "contiguous", computed: bool = False
+) -> torch.Tensor:
+    """work[step, rank]: the visible (query, key) pairs rank ``rank`` has at ring step ``step`` (``computed``: the
+    scores it computes for them, ``computed_scores``; a step whose chunk is hidden computes none). A step's time is
+    its slowest rank's, so the ring's time is ``work.amax(dim=1).sum()``; perfect balance is
+    ``visible.sum() / world_size``."""
     positions = chunk_positions(seq_len, world_size, layout)
+    count = computed_scores if computed else visible_pairs
     return torch.tensor(
         [
-            [visible_pairs(positions[rank], positions[src], causal) for rank, src in enumerate(sources)]
+            [
+                0
+                if chunk_hidden(positions[rank], positions[src], causal)
+                else count(positions[rank], positions[src], causal)
+                for rank, src in enumerate(sources)
+            ]
             for sources in ring_sources(world_size)
         ]
     )
@@ -211,7 +290,11 @@ def ulysses_attention_simulated(q, k, v, world_size: int, causal: bool = False, 
     _check_qkv(q, k, v)
     if q.ndim != 4 or q.shape[1] % world_size:
         raise ValueError(
-            f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got {tuple(q.shape)}"
+            pick(
+                f"Ulysses needs q (B, H, S, d) with H divisible by world_size={world_size}, got {tuple(q.shape)}",
+                f"Ulysses 需要 q 的形状为 (B, H, S, d)，且 H 能被 world_size={world_size} 整除，"
+                f"收到的是 {tuple(q.shape)}",
+            )
         )
     seq_len = q.shape[-2]
     token_chunks = [split_sequence(t, world_size) for t in (q, k, v)]  # [tensor][rank]: (B, H, S_r, d)
@@ -252,11 +335,20 @@ def comm_bytes_per_rank(
         "ulysses": (2 * num_heads + 2 * num_kv_heads) / W,
     }
     if method not in per_token:
-        raise ValueError(f"method must be one of {tuple(per_token)}, got {method!r}")
+        raise ValueError(
+            pick(
+                f"method must be one of {tuple(per_token)}, got {method!r}",
+                f"method 必须是 {tuple(per_token)} 之一，收到的是 {method!r}",
+            )
+        )
     if method == "ulysses" and (num_heads % W or num_kv_heads % W):
         raise ValueError(
-            f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
-            f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)"
+            pick(
+                f"Ulysses splits heads: world_size={W} must divide num_heads={num_heads} and "
+                f"num_kv_heads={num_kv_heads} (replicate K/V heads first for more ranks)",
+                f"Ulysses 按头切分：world_size={W} 必须整除 num_heads={num_heads} 和 num_kv_heads={num_kv_heads}"
+                "（要用更多 rank，请先复制 K/V 头）",
+            )
         )
     return (W - 1) / W * S * per_token[method] * head_dim * bytes_per_element * batch
 
@@ -265,35 +357,52 @@ def comm_bytes_per_rank(
 # the ring across processes: torch.distributed
 
 
-def _wait(work, timeout_s, what):
+def _wait(work, timeout_s, what, waited=None):
     """Wait for one transfer at most ``timeout_s`` seconds; a neighbour that never sends or receives (a deadlock)
-    is then named as a TimeoutError instead of hanging the ring."""
+    is then named as a TimeoutError instead of hanging the ring. ``waited``: a list the seconds spent are added to."""
+    start = time.perf_counter()
     try:
         done = work.wait(timedelta(seconds=timeout_s))
     except RuntimeError as exc:  # gloo raises on its timeout; NCCL's watchdog aborts
         if "timed out" not in str(exc).lower():
             raise
         done = False
+    if waited is not None:
+        waited.append(time.perf_counter() - start)
     if done is False:
         raise TimeoutError(
-            f"{what} did not complete in {timeout_s} s: a neighbour that never sends or receives (a deadlock?)"
+            pick(
+                f"{what} did not complete in {timeout_s} s: a neighbour that never sends or receives (a deadlock?)",
+                f"{what} 在 {timeout_s} 秒内没有完成：某个邻居一直不发送或不接收（死锁？）",
+            )
         )
 
 
 def ring_attention_rank(
-    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+    q,
+    k,
+    v,
+    seq_len: int,
+    causal: bool = False,
+    layout: str = "contiguous",
+    scale=None,
+    timeout_s: float = 30.0,
+    overlap: bool = True,
+    waited: list | None = None,
 ):
-    """One rank's side of ring attention over the default process group: q, k (..., S_r, d), v (..., S_r, dv) are
-    this rank's chunks (``split_sequence`` of the whole sequence of ``seq_len`` tokens). Returns (out, lse,
-    bytes_sent): this rank's output rows, their log-sum-exp, and the bytes it handed to isend.
+    """One rank's side of ring attention over the default process group: q (..., H, S_r, d), k (..., Hkv, S_r, d),
+    v (..., Hkv, S_r, dv) are this rank's chunks (``split_sequence`` of the whole sequence of ``seq_len`` tokens).
+    Returns (out, lse, bytes_sent): this rank's output rows, their log-sum-exp, and the bytes it handed to isend.
 
     While the chunk received last step is attended, the next one is already travelling (isend to rank + 1, irecv
-    from rank - 1, posted together before the compute): communication overlapped with compute. Every wait is
-    bounded by ``timeout_s``, so a stuck ring is named by a timeout, not a hang."""
+    from rank - 1, posted together before the compute): communication overlapped with compute. ``overlap=False``
+    waits for each hop before attending instead (the blocking ring, to compare). K/V travel with their Hkv heads and
+    are expanded to the query heads after receipt. Every wait is bounded by ``timeout_s``, so a stuck ring is named
+    by a timeout, not a hang; ``waited`` collects the seconds spent in each wait."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     positions = [p.to(q.device) for p in chunk_positions(seq_len, world_size, layout)]  # all ranks': sizes, masks
     nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
-    kv = torch.cat([k, v], dim=-1).contiguous()  # one message per hop: (..., S_src, d + dv)
+    kv = torch.cat([k, v], dim=-1).contiguous()  # one message per hop: (..., Hkv, S_src, d + dv)
     d = k.shape[-1]
     out = lse = None
     bytes_sent = 0
@@ -304,18 +413,33 @@ def ring_attention_rank(
             incoming = kv.new_empty(*kv.shape[:-2], len(positions[(src - 1) % world_size]), kv.shape[-1])
             pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, nxt), dist.P2POp(dist.irecv, incoming, prev)])
             bytes_sent += kv.numel() * kv.element_size()
+        held = kv
+        if not overlap:  # the blocking ring: the hop completes before this step's attention starts
+            for work in pending:
+                _wait(work, timeout_s, f"rank {rank}: ring step {step}", waited)
+            pending = []
         if not chunk_hidden(positions[rank], positions[src], causal):
-            out_i, lse_i = attend_chunk(q, kv[..., :d], kv[..., d:], positions[rank], positions[src], causal, scale)
+            out_i, lse_i = attend_visible(
+                q, held[..., :d], held[..., d:], positions[rank], positions[src], causal, scale
+            )
             out, lse = merge_step(out, lse, out_i, lse_i)
         for work in pending:
-            _wait(work, timeout_s, f"rank {rank}: ring step {step}")
-        if pending:
+            _wait(work, timeout_s, f"rank {rank}: ring step {step}", waited)
+        if step < world_size - 1:
             kv = incoming
     return out, lse, bytes_sent
 
 
 def allgather_attention_rank(
-    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+    q,
+    k,
+    v,
+    seq_len: int,
+    causal: bool = False,
+    layout: str = "contiguous",
+    scale=None,
+    timeout_s: float = 30.0,
+    waited: list | None = None,
 ):
     """One rank's side of all-gather context parallelism (Llama 3's): gather every rank's K/V chunk, then attend
     this rank's queries to all of it at once. Returns (out, lse, bytes_sent): its chunk goes to the W - 1 others
@@ -326,7 +450,7 @@ def allgather_attention_rank(
     kv = torch.cat([k, v], dim=-1)
     kv = torch.cat([kv, kv.new_zeros(*kv.shape[:-2], longest - kv.shape[-2], kv.shape[-1])], dim=-2)
     gathered = [torch.empty_like(kv) for _ in range(world_size)]
-    _wait(dist.all_gather(gathered, kv.contiguous(), async_op=True), timeout_s, f"rank {rank}: all-gather")
+    _wait(dist.all_gather(gathered, kv.contiguous(), async_op=True), timeout_s, f"rank {rank}: all-gather", waited)
     kv_all = torch.cat([g[..., : len(p), :] for g, p in zip(gathered, positions, strict=True)], dim=-2)
     d = k.shape[-1]
     out, lse = attend_chunk(q, kv_all[..., :d], kv_all[..., d:], positions[rank], torch.cat(positions), causal, scale)
@@ -334,7 +458,15 @@ def allgather_attention_rank(
 
 
 def ulysses_attention_rank(
-    q, k, v, seq_len: int, causal: bool = False, layout: str = "contiguous", scale=None, timeout_s: float = 30.0
+    q,
+    k,
+    v,
+    seq_len: int,
+    causal: bool = False,
+    layout: str = "contiguous",
+    scale=None,
+    timeout_s: float = 30.0,
+    waited: list | None = None,
 ):
     """One rank's side of DeepSpeed-Ulysses: q, k, v (B, H, S/W, d) are this rank's contiguous chunk of tokens
     for all heads. An all-to-all gives it every token for H/W heads; it attends them; a second all-to-all sends
@@ -342,17 +474,21 @@ def ulysses_attention_rank(
     leave the rank."""
     world_size = dist.get_world_size()
     batch, heads, chunk = q.shape[0], q.shape[1], q.shape[2]
-    if layout != "contiguous" or seq_len % world_size or heads % world_size:
+    if layout != "contiguous" or seq_len % world_size or heads % world_size or k.shape[1] != heads:
         raise ValueError(
-            f"this Ulysses needs the contiguous layout, world_size={world_size} dividing seq_len="
-            f"{seq_len} and the {heads} heads"
+            pick(
+                f"this Ulysses needs the contiguous layout, world_size={world_size} dividing seq_len={seq_len} and "
+                f"the {heads} heads, and as many K/V heads as query heads",
+                f"这里的 Ulysses 需要连续切分、world_size={world_size} 整除 seq_len={seq_len} 和 {heads} 个头，"
+                f"并且 K/V 头数与查询头数相同",
+            )
         )
     sent = 0
 
     def exchange(send):  # send (W, ...): part r goes to rank r; returns recv (W, ...): part r came from rank r
         nonlocal sent
         recv = torch.empty_like(send)
-        _wait(dist.all_to_all_single(recv, send, async_op=True), timeout_s, "all-to-all")
+        _wait(dist.all_to_all_single(recv, send, async_op=True), timeout_s, "all-to-all", waited)
         sent += (world_size - 1) * send[0].numel() * send.element_size()
         return recv
 
@@ -372,7 +508,17 @@ def ulysses_attention_rank(
     return out, lse, method_bytes
 
 
-RANK_FUNCTIONS = {"ring": ring_attention_rank, "allgather": allgather_attention_rank, "ulysses": ulysses_attention_rank}
+def blocking_ring_attention_rank(q, k, v, seq_len: int, **kwargs):
+    """The ring without overlap: each hop completes before the step's attention starts (to time against the ring)."""
+    return ring_attention_rank(q, k, v, seq_len, overlap=False, **kwargs)
+
+
+RANK_FUNCTIONS = {
+    "ring": ring_attention_rank,
+    "ring_blocking": blocking_ring_attention_rank,
+    "allgather": allgather_attention_rank,
+    "ulysses": ulysses_attention_rank,
+}
 
 
 def _loopback_interface() -> str:
@@ -382,7 +528,7 @@ def _loopback_interface() -> str:
 
 def _local_worker(rank, world_size, store_path, run, results):
     """One process of ``launch_local``: join the group on loopback, run its rank, put (rank, out, lse, bytes,
-    seconds per repeat).
+    seconds per repeat, seconds spent waiting for transfers per repeat).
 
     The rendezvous is a file (a TCP store's server would listen on every interface), and gloo's own sockets are
     bound to the loopback interface: nothing outside this machine can reach the ring."""
@@ -396,26 +542,46 @@ def _local_worker(rank, world_size, store_path, run, results):
         timeout=timedelta(seconds=run["timeout_s"]),
     )
     try:
-        q, k, v = example_qkv(run["seq_len"], run["seed"], run["dtype"], heads=run["heads"])
+        q, k, v = example_qkv(
+            run["seq_len"],
+            run["seed"],
+            run["dtype"],
+            heads=run["heads"],
+            head_dim=run["head_dim"],
+            kv_heads=run["kv_heads"],
+        )
         chunks = [split_sequence(t, world_size, run["layout"])[rank] for t in (q, k, v)]
         fn = RANK_FUNCTIONS[run["method"]]
         kwargs = dict(seq_len=run["seq_len"], causal=run["causal"], layout=run["layout"], timeout_s=run["timeout_s"])
         out, lse, sent = fn(*chunks, **kwargs)
-        seconds = []
+        seconds, waits = [], []
         for _ in range(run["repeats"]):  # timed runs, all ranks starting together
+            waited: list[float] = []
             dist.barrier()
             start = time.perf_counter()
-            fn(*chunks, **kwargs)
+            fn(*chunks, **kwargs, waited=waited)
             seconds.append(time.perf_counter() - start)
-        results.put((rank, out.numpy(), lse.numpy(), sent, seconds))  # plain arrays: no shared memory to outlive us
+            waits.append(sum(waited))
+        # plain arrays: no shared memory to outlive us
+        results.put((rank, out.numpy(), lse.numpy(), sent, seconds, waits))
     finally:
         dist.destroy_process_group()
 
 
-def example_qkv(seq_len: int, seed: int = 0, dtype=torch.float32, batch: int = 1, heads: int = 2, head_dim: int = 8):
-    """The example every rank builds identically from ``seed``: q, k, v (batch, heads, seq_len, head_dim)."""
+def example_qkv(
+    seq_len: int,
+    seed: int = 0,
+    dtype=torch.float32,
+    batch: int = 1,
+    heads: int = 2,
+    head_dim: int = 8,
+    kv_heads: int | None = None,
+):
+    """The example every rank builds identically from ``seed``: q (batch, heads, seq_len, head_dim), k and v
+    (batch, kv_heads, seq_len, head_dim), kv_heads (default: heads) dividing heads."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(batch, heads, seq_len, head_dim, generator=g, dtype=dtype) for _ in range(3)]
+    kv_heads = heads if kv_heads is None else kv_heads
+    return [torch.randn(batch, h, seq_len, head_dim, generator=g, dtype=dtype) for h in (heads, kv_heads, kv_heads)]
 
 
 def launch_local(
@@ -433,7 +599,7 @@ def launch_local(
 
     ``start_method`` defaults to "fork" where the platform has it (a forked child starts in milliseconds; a spawned
     one imports torch again, a second or more each), else "spawn"."""
-    out, lse, sent, _ = run_local(
+    out, lse, sent, _, _ = run_local(
         world_size,
         seq_len,
         "ring",
@@ -459,12 +625,20 @@ def run_local(
     repeats: int = 0,
     timeout_s: float = 30.0,
     start_method: str | None = None,
+    head_dim: int = 8,
+    kv_heads: int | None = None,
 ):
-    """``method`` ("ring", "allgather" or "ulysses") on ``world_size`` local processes over ``example_qkv(seq_len,
-    seed, heads=heads)``, then ``repeats`` timed runs. Returns (out, lse, bytes_sent per rank, seconds per rank
-    per repeat), out and lse in sequence order."""
+    """``method`` ("ring", "ring_blocking", "allgather" or "ulysses") on ``world_size`` local processes over
+    ``example_qkv(seq_len, seed, heads=heads, head_dim=head_dim, kv_heads=kv_heads)``, then ``repeats`` timed runs.
+    Returns (out, lse, bytes_sent per rank, seconds per rank per repeat, seconds spent waiting for transfers per
+    rank per repeat), out and lse in sequence order."""
     if method not in RANK_FUNCTIONS:
-        raise ValueError(f"method must be one of {tuple(RANK_FUNCTIONS)}, got {method!r}")
+        raise ValueError(
+            pick(
+                f"method must be one of {tuple(RANK_FUNCTIONS)}, got {method!r}",
+                f"method 必须是 {tuple(RANK_FUNCTIONS)} 之一，收到的是 {method!r}",
+            )
+        )
     if start_method is None:
         start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     results = mp.get_context(start_method).Queue()
@@ -477,23 +651,30 @@ def run_local(
         seed=seed,
         dtype=dtype,
         heads=heads,
+        head_dim=head_dim,
+        kv_heads=kv_heads,
         repeats=repeats,
         timeout_s=timeout_s,
     )
     args = (world_size, os.path.join(store_dir, "store"), run, results)
     procs = mp.start_processes(_local_worker, args=args, nprocs=world_size, join=False, start_method=start_method)
-    got: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[float]]] = {}  # rank -> out, lse, sent, seconds
+    got: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[float], list[float]]] = {}  # rank -> out, lse, ...
     try:
         deadline = time.monotonic() + 2 * timeout_s + repeats * timeout_s
         while len(got) < world_size:  # read while they run: a child blocks on a full pipe until we do
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{method} on {world_size} processes: no result in time")
+                raise TimeoutError(
+                    pick(
+                        f"{method} on {world_size} processes: no result in time",
+                        f"{world_size} 个进程上的 {method}：没有按时返回结果",
+                    )
+                )
             procs.join(timeout=0)  # raises at once, with the child's traceback, if a process failed
             try:
-                rank, out, lse, sent, seconds = results.get(timeout=0.05)
+                rank, out, lse, sent, seconds, waits = results.get(timeout=0.05)
             except queue.Empty:
                 continue
-            got[rank] = (torch.from_numpy(out), torch.from_numpy(lse), sent, seconds)
+            got[rank] = (torch.from_numpy(out), torch.from_numpy(lse), sent, seconds, waits)
         procs.join(timeout=timeout_s)  # they have sent their results; one still running then is ended below
     finally:
         for p in procs.processes:  # only ours, and only if still running after an error
@@ -508,4 +689,5 @@ def run_local(
         gather_sequence(lses, layout)[..., 0],
         [got[r][2] for r in range(world_size)],
         [got[r][3] for r in range(world_size)],
+        [got[r][4] for r in range(world_size)],
     )

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..lang import pick
 from .ring_attention import LAYOUTS, example_qkv, ring_attention_rank, split_sequence
 
 
@@ -41,7 +42,12 @@ def main(argv=None):
         out, _, sent = ring_attention_rank(*chunks, seq_len=args.seq_len, causal=causal, layout=args.layout)
         want = split_sequence(F.scaled_dot_product_attention(q, k, v, is_causal=causal), world_size, args.layout)[rank]
         err = (out - want).abs().max().item()
-        print(f"rank {rank}/{world_size} ({device}): max |ring - sdpa| = {err:.1e}, sent {sent} bytes")
+        print(
+            pick(
+                f"rank {rank}/{world_size} ({device}): max |ring - sdpa| = {err:.1e}, sent {sent} bytes",
+                f"rank {rank}/{world_size}（{device}）：max |环 - sdpa| = {err:.1e}，发送了 {sent} 字节",
+            )
+        )
         ok = err < 1e-4
     finally:
         dist.destroy_process_group()

@@ -27,12 +27,18 @@ import math
 
 import torch
 
+from ..lang import pick
 from .rotary import rope_inv_freq
 
 
 def _check_factor(factor) -> None:
     if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor < 1:
-        raise ValueError(f"RoPE scaling factor must be a number >= 1 (new context / trained context), got {factor!r}")
+        raise ValueError(
+            pick(
+                f"RoPE scaling factor must be a number >= 1 (new context / trained context), got {factor!r}",
+                f"RoPE 缩放系数必须是不小于 1 的数（新上下文长度 / 训练时的上下文长度），收到的是 {factor!r}",
+            )
+        )
 
 
 def linear_scaling_inv_freq(
@@ -50,7 +56,12 @@ def ntk_scaling_inv_freq(
     ``"dynamic"`` type computes the same with ``factor`` replaced by ``factor * seq_len / L - (factor - 1)``)."""
     _check_factor(factor)
     if head_dim <= 2:
-        raise ValueError(f"NTK-aware scaling needs head_dim > 2, got {head_dim}")
+        raise ValueError(
+            pick(
+                f"NTK-aware scaling needs head_dim > 2, got {head_dim}",
+                f"NTK-aware 缩放需要 head_dim > 2，收到的是 {head_dim}",
+            )
+        )
     return rope_inv_freq(head_dim, base * factor ** (head_dim / (head_dim - 2)), dtype=dtype), 1.0
 
 
@@ -118,7 +129,10 @@ def llama3_inv_freq(
     _check_factor(factor)
     if high_freq_factor <= low_freq_factor:
         raise ValueError(
-            f"high_freq_factor ({high_freq_factor}) must be larger than low_freq_factor ({low_freq_factor})"
+            pick(
+                f"high_freq_factor ({high_freq_factor}) must be larger than low_freq_factor ({low_freq_factor})",
+                f"high_freq_factor（{high_freq_factor}）必须大于 low_freq_factor（{low_freq_factor}）",
+            )
         )
     theta = rope_inv_freq(head_dim, base, dtype=dtype)
     wavelength = 2 * math.pi / theta
@@ -140,7 +154,12 @@ def scaled_rope_cos_sin(
     fast frequency lose digits in float32."""
     positions = torch.as_tensor(positions)
     if positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
+        raise ValueError(
+            pick(
+                f"positions must be integers, got dtype {positions.dtype}",
+                f"positions 必须是整数，收到的 dtype 是 {positions.dtype}",
+            )
+        )
     angles = positions.double()[..., None] * inv_freq.to(device=positions.device, dtype=torch.float64)
     angles = torch.cat([angles, angles], dim=-1)  # rotate-half layout, as rope_cos_sin
     return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)

@@ -19,17 +19,29 @@ from __future__ import annotations
 
 import torch
 
+from ..lang import pick
+
 
 def _check_head_dim(head_dim: int) -> None:
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"RoPE rotates pairs of features: head_dim must be a positive even int, got {head_dim!r}")
+        raise ValueError(
+            pick(
+                f"RoPE rotates pairs of features: head_dim must be a positive even int, got {head_dim!r}",
+                f"RoPE 成对旋转特征：head_dim 必须是正偶数，收到的是 {head_dim!r}",
+            )
+        )
 
 
 def rope_inv_freq(head_dim: int, base: float = 10000.0, device=None, dtype=torch.float32) -> torch.Tensor:
     """(head_dim // 2,): theta_i = base ** (-2i / head_dim), from one radian per token down to slow turns."""
     _check_head_dim(head_dim)
     if base <= 1:
-        raise ValueError(f"RoPE base must be > 1, got {base}")
+        raise ValueError(
+            pick(
+                f"RoPE base must be > 1, got {base}",
+                f"RoPE 的 base 必须大于 1，收到的是 {base}",
+            )
+        )
     exponents = torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim
     return 1.0 / (base**exponents)
 
@@ -37,7 +49,12 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, device=None, dtype=torch
 def rope_positions(start: int, length: int, device=None) -> torch.Tensor:
     """(length,) positions start, start + 1, ...: a chunk that follows ``start`` cached tokens."""
     if start < 0 or length < 0:
-        raise ValueError(f"positions need start >= 0 and length >= 0, got start={start}, length={length}")
+        raise ValueError(
+            pick(
+                f"positions need start >= 0 and length >= 0, got start={start}, length={length}",
+                f"positions 需要 start >= 0 且 length >= 0，收到的是 start={start}，length={length}",
+            )
+        )
     return torch.arange(start, start + length, device=device)
 
 
@@ -54,7 +71,12 @@ def rope_cos_sin(
         positions = torch.arange(positions, device=device)
     positions = torch.as_tensor(positions, device=device)
     if positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
+        raise ValueError(
+            pick(
+                f"positions must be integers, got dtype {positions.dtype}",
+                f"positions 必须是整数，收到的 dtype 是 {positions.dtype}",
+            )
+        )
     angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = rope_inv_freq(head_dim, base, device=positions.device, dtype=angle_dtype)
     angles = positions.to(angle_dtype)[..., None] * inv_freq  # (..., head_dim // 2)
@@ -84,18 +106,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
     for a 4-D ``x`` (B, heads, T, head_dim) is broadcast over the heads.
     """
     if not isinstance(x, torch.Tensor) or x.ndim < 2:
-        raise ValueError(f"x must be a tensor (..., num_tokens, head_dim), got {getattr(x, 'shape', type(x))}")
+        raise ValueError(
+            pick(
+                f"x must be a tensor (..., num_tokens, head_dim), got {getattr(x, 'shape', type(x))}",
+                f"x 必须是形状为 (..., num_tokens, head_dim) 的张量，收到的是 {getattr(x, 'shape', type(x))}",
+            )
+        )
     if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
+        raise ValueError(
+            pick(
+                f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}",
+                f"cos 和 sin 的形状必须相同，收到的是 {tuple(cos.shape)} 和 {tuple(sin.shape)}",
+            )
+        )
     if cos.shape[-1] != x.shape[-1]:
         raise ValueError(
-            f"RoPE tables are for head_dim={cos.shape[-1]}, but x has head_dim={x.shape[-1]} "
-            "(build them with rope_cos_sin(positions, head_dim) of each head, not d_model)"
+            pick(
+                f"RoPE tables are for head_dim={cos.shape[-1]}, but x has head_dim={x.shape[-1]} "
+                "(build them with rope_cos_sin(positions, head_dim) of each head, not d_model)",
+                f"RoPE 表是为 head_dim={cos.shape[-1]} 建的，但 x 的 head_dim 是 {x.shape[-1]}"
+                "（请用每个头的 head_dim 调用 rope_cos_sin(positions, head_dim)，而不是 d_model）",
+            )
         )
     if cos.ndim < 2 or cos.shape[-2] != x.shape[-2]:
         raise ValueError(
-            f"RoPE tables cover {cos.shape[-2] if cos.ndim >= 2 else '?'} positions, but x has "
-            f"{x.shape[-2]} tokens; pass one position per token (positions past_len ... for new tokens)"
+            pick(
+                f"RoPE tables cover {cos.shape[-2] if cos.ndim >= 2 else '?'} positions, but x has "
+                f"{x.shape[-2]} tokens; pass one position per token (positions past_len ... for new tokens)",
+                f"RoPE 表覆盖 {cos.shape[-2] if cos.ndim >= 2 else '?'} 个位置，但 x 有 {x.shape[-2]} 个 token；"
+                "请每个 token 传一个位置（新 token 的位置是 past_len ...）",
+            )
         )
     if cos.ndim == 3 and x.ndim == 4:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, hd): the same positions for every head

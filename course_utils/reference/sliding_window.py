@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from ..lang import pick
 from .kv_cache import KVCache
 from .sizes import kv_cache_bytes
 
@@ -30,11 +31,20 @@ from .sizes import kv_cache_bytes
 def _check_window(window, num_sinks=0) -> None:
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
         raise ValueError(
-            f"window must be a positive int (a query sees itself and window - 1 keys before it) "
-            f"or None for full causal attention, got {window!r}"
+            pick(
+                f"window must be a positive int (a query sees itself and window - 1 keys before it) "
+                f"or None for full causal attention, got {window!r}",
+                "window 必须是正整数（一个查询看到它自己和之前的 window - 1 个键），完整的因果注意力则用 None，"
+                f"收到的是 {window!r}",
+            )
         )
     if not isinstance(num_sinks, int) or num_sinks < 0:
-        raise ValueError(f"num_sinks must be an int >= 0, got {num_sinks!r}")
+        raise ValueError(
+            pick(
+                f"num_sinks must be an int >= 0, got {num_sinks!r}",
+                f"num_sinks 必须是不小于 0 的整数，收到的是 {num_sinks!r}",
+            )
+        )
 
 
 def sliding_window_mask_at(query_positions, key_positions, *, window: int | None, num_sinks: int = 0) -> torch.Tensor:
@@ -66,7 +76,12 @@ def sliding_window_mask(
     """
     num_keys = num_queries if num_keys is None else num_keys
     if num_queries > num_keys:
-        raise ValueError(f"sliding-window mask: {num_queries} queries cannot follow only {num_keys} keys")
+        raise ValueError(
+            pick(
+                f"sliding-window mask: {num_queries} queries cannot follow only {num_keys} keys",
+                f"滑动窗口掩码：{num_queries} 个查询不能只跟在 {num_keys} 个键之后",
+            )
+        )
     keys = torch.arange(num_keys, device=device)
     return sliding_window_mask_at(keys[num_keys - num_queries :], keys, window=window, num_sinks=num_sinks)
 
@@ -79,7 +94,11 @@ def attend_with_sink_logit(queries, keys, values, sink_logits, mask=None):
     """
     if sink_logits.ndim != 1 or sink_logits.shape[0] != queries.shape[1]:
         raise ValueError(
-            f"sink_logits must hold one logit per head: shape ({queries.shape[1]},), got {tuple(sink_logits.shape)}"
+            pick(
+                f"sink_logits must hold one logit per head: shape ({queries.shape[1]},), "
+                f"got {tuple(sink_logits.shape)}",
+                f"sink_logits 必须每个头一个 logit：形状为 ({queries.shape[1]},)，收到的是 {tuple(sink_logits.shape)}",
+            )
         )
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (B, H, Sq, Sk)
     if mask is not None:
@@ -117,7 +136,12 @@ class RingKVCache(KVCache):
     def __init__(self, batch_size, num_kv_heads, window, head_dim, num_sinks=0, dtype=torch.float32, device=None):
         _check_window(window, num_sinks)
         if window is None:
-            raise ValueError("a ring buffer needs a window size; use PreallocatedKVCache for full attention")
+            raise ValueError(
+                pick(
+                    "a ring buffer needs a window size; use PreallocatedKVCache for full attention",
+                    "环形缓冲区需要窗口大小；完整注意力请用 PreallocatedKVCache",
+                )
+            )
         self.window, self.num_sinks = window, num_sinks
         shape = (batch_size, num_kv_heads, num_sinks + window, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)  # slots 0 .. num_sinks - 1: the sinks
@@ -257,7 +281,12 @@ def layer_windows(num_layers: int, window: int, local_per_global: int) -> list[i
     global, repeated (Gemma 3: 5 local : 1 global; gpt-oss and Gemma 2 alternate, 1 : 1)."""
     _check_window(window)
     if not isinstance(local_per_global, int) or local_per_global < 0:
-        raise ValueError(f"local_per_global must be an int >= 0, got {local_per_global!r}")
+        raise ValueError(
+            pick(
+                f"local_per_global must be an int >= 0, got {local_per_global!r}",
+                f"local_per_global 必须是不小于 0 的整数，收到的是 {local_per_global!r}",
+            )
+        )
     period = local_per_global + 1
     return [None if (layer + 1) % period == 0 else window for layer in range(num_layers)]
 

@@ -27,6 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..lang import pick
 from .online_softmax import online_softmax_attention
 
 
@@ -39,7 +40,10 @@ def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor
     """
     if outs.shape[:-1] != lses.shape:
         raise ValueError(
-            f"outs (S, ..., dv) and lses (S, ...) must match, got {tuple(outs.shape)} and {tuple(lses.shape)}"
+            pick(
+                f"outs (S, ..., dv) and lses (S, ...) must match, got {tuple(outs.shape)} and {tuple(lses.shape)}",
+                f"outs (S, ..., dv) 和 lses (S, ...) 必须对应，收到的是 {tuple(outs.shape)} 和 {tuple(lses.shape)}",
+            )
         )
     m = lses.amax(dim=0)  # (...)
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # every chunk hidden: avoid -inf - -inf
@@ -60,15 +64,29 @@ def split_k_attention(q, k, v, num_splits: int, scale=None, mask=None):
     in float32 for half inputs, as FlashAttention does.
     """
     if not (isinstance(num_splits, int) and num_splits >= 1):
-        raise ValueError(f"num_splits must be a positive int, got {num_splits!r}")
+        raise ValueError(
+            pick(
+                f"num_splits must be a positive int, got {num_splits!r}",
+                f"num_splits 必须是正整数，收到的是 {num_splits!r}",
+            )
+        )
     num_queries, num_keys = q.shape[-2], k.shape[-2]
     if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"need q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv), got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
+            pick(
+                f"need q (..., Sq, d), k (..., Sk, d), v (..., Sk, dv), got {tuple(q.shape)}, "
+                f"{tuple(k.shape)}, {tuple(v.shape)}",
+                f"需要 q (..., Sq, d)、k (..., Sk, d)、v (..., Sk, dv)，收到的是 {tuple(q.shape)}、{tuple(k.shape)}、"
+                f"{tuple(v.shape)}",
+            )
         )
     if num_splits > num_keys:
-        raise ValueError(f"num_splits={num_splits} is more than the {num_keys} keys: some chunks would be empty")
+        raise ValueError(
+            pick(
+                f"num_splits={num_splits} is more than the {num_keys} keys: some chunks would be empty",
+                f"num_splits={num_splits} 比键的个数 {num_keys} 还多：有些块会是空的",
+            )
+        )
     acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     chunk = -(-num_keys // num_splits)  # ceil

@@ -1,15 +1,15 @@
-"""nbgrader's settings inside every single-user server of the workshop hub (jupyterhub_config.py puts this folder
-on JUPYTER_CONFIG_PATH): the exchange folder, the course id, and each learner's student id, which is their hub name
-(also where several hub users share one Unix account, as in the hub's test)."""
+"""nbgrader's settings in every server of the workshop hub, learners' and instructors' alike (jupyterhub_config.py
+puts this folder on JUPYTER_CONFIG_PATH): the course id, and the exchange, which is the hub's exchange service
+(attn_exchange.py beside this file). Who submits is the hub user the server's token belongs to: no student id is
+taken from the environment or the command line."""
 
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attn_exchange import configure  # noqa: E402 - beside this file
 
 c = get_config()  # noqa: F821 - defined by traitlets when nbgrader loads this file
 
-c.Exchange.root = os.environ.get("ATTN_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseDirectory.course_id = os.environ.get("ATTN_COURSE_ID", "attention-by-hand")
-
-user = os.environ.get("JUPYTERHUB_USER", "")
-instructors = {name for name in os.environ.get("ATTN_INSTRUCTORS", "").split(",") if name}
-if user and user not in instructors:  # an instructor's collect must see every learner, not only themself
-    c.CourseDirectory.student_id = user
+configure(c)

@@ -95,6 +95,7 @@ def test_hidden_tests_removed_outputs_cleared_ids_and_metadata_kept():
     assert [c.metadata["nbgrader"] for c in ex.cells] == [c.metadata["nbgrader"] for c in nb.cells]
     assert ex.cells[3].source == "Explain:\nYOUR ANSWER HERE"
     assert "widgets" not in ex.metadata
+    assert ex.metadata.kernelspec == gen.KERNELSPEC  # "Python 3" in the solution: JupyterLab's own name here
     assert nb.cells[2].outputs, "make_exercise must not modify its input"
 
 

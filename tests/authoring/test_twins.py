@@ -233,3 +233,12 @@ def test_an_unknown_language_is_a_clear_error(no_language, monkeypatch):
     monkeypatch.setenv(lang.LANG_ENV_VAR, "fr")
     with pytest.raises(ValueError, match="unknown language 'fr'"):
         lang.current_language()
+
+
+def test_a_twin_carries_the_kernelspec_jupyterlab_writes():
+    """An English notebook saved as "Python 3" still gives a twin JupyterLab leaves unchanged on opening."""
+    from authoring import KERNELSPEC
+
+    english = copy.deepcopy(ENGLISH)
+    english["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    assert twins.assemble(english, None)[0]["metadata"]["kernelspec"] == KERNELSPEC

@@ -139,7 +139,11 @@ class LabServer:
     whatever running them writes (the notebooks themselves included) stays in the copy.
     """
 
-    def __init__(self, workdir: Path, repo: Path, notebooks: Path):
+    SERVER_CONFIG = ("jupyter_server_config.json", "jupyter_server_config.py")
+
+    def __init__(
+        self, workdir: Path, repo: Path, notebooks: Path, settings: dict | None = None, server_config=SERVER_CONFIG
+    ):
         self.workdir = Path(workdir)
         self.root = self.workdir / "root"
         shutil.copytree(repo, self.root, ignore=_copy_ignore)
@@ -153,10 +157,14 @@ class LabServer:
         self.log_path = self.workdir / "jupyter-lab.log"
         self.proc = None
         self._known = {}  # pid -> start time of every descendant seen (kernels), to stop them for sure
+        self.server_config = tuple(server_config)  # files of etc/jupyter the server reads
+        self.settings = lab_settings()  # ``settings`` (plugin -> values) on top, e.g. autosave back on
+        for plugin, values in (settings or {}).items():
+            self.settings.setdefault(plugin, {}).update(values)
 
     def start(self, timeout=90):
         settings = self.workdir / "settings"
-        for plugin, values in lab_settings().items():
+        for plugin, values in self.settings.items():
             path = settings / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
@@ -164,7 +172,8 @@ class LabServer:
         for name in ("config", "runtime", "data", "ipython"):
             (self.workdir / name).mkdir(exist_ok=True)
         # the server settings make setup installs (etc/jupyter), as a learner's make lab reads them
-        shutil.copy(ROOT / "etc" / "jupyter" / "jupyter_server_config.json", self.workdir / "config")
+        for config in self.server_config:
+            shutil.copy(ROOT / "etc" / "jupyter" / config, self.workdir / "config")
         # private Jupyter folders: nothing read from or written to the user's home, and a kernel name that
         # exists only on one machine fails here as it would for a learner
         env.update(

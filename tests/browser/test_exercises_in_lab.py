@@ -100,5 +100,5 @@ def test_run_all_keeps_the_running_timer(lab_server, page):
     run_all_cells(page)  # clears the outputs and runs every cell again, the timer's included
     wait_until_run(page, expect["code_cells"])
     used = _output(page, expect["num_cells"] - 1)  # the last cell stops the clock and says the time used
-    seconds = re.search(r"time used: (\d+):(\d\d) of 20:00", used)
+    seconds = re.search(r"clock paused: time used (\d+):(\d\d) of 20:00", used)
     assert seconds and int(seconds.group(1)) * 60 + int(seconds.group(2)) >= 1, used

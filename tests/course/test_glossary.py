@@ -8,6 +8,7 @@ Its tables have the columns | English | 中文 | first met in | short note (中�
 Plain text and JSON only: no torch, well under a second.
 """
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -193,3 +194,82 @@ def test_every_notebook_links_the_glossary_in_its_first_cell():
             )
     hint = "\n(exercises/ out of date? `make exercises`; twins: `make twins`)" if bad else ""
     assert not bad, "\n".join(bad) + hint
+
+
+# --- terms hold course-wide: the renderings a row rejects appear in no Chinese text --------------------------------
+#
+# A row's note may end with "不用：“X”、“Y”" (do not write X or Y for this term), each rejected rendering optionally
+# followed by "（例外：“A……B”）": a phrase that contains X but is not the term ("……" stands for any words within one
+# clause). Every Chinese text a learner reads is searched: the zh-CN notebooks, exercises and solutions (markdown and
+# committed outputs), the Chinese READMEs and indexes, and every string in course_utils (the grader's messages, the
+# figures' labels, the errors the references raise).
+
+REJECTED_LIST = re.compile(r"不用：((?:“[^”]+”(?:（例外：“[^”]+”[^）]*）)?(?:、|(?=[；。（]|\s*$)))+)")
+REJECTED_ITEM = re.compile(r"“([^”]+)”(?:（例外：“([^”]+)”[^）]*）)?")
+CLAUSE = "[^，。！？；：\n]*?"  # what "……" stands for in an exception: words within one clause
+
+
+def rejected_renderings() -> list[tuple[str, re.Pattern | None, dict]]:
+    """(rejected text, pattern of its allowed exception or None, its glossary row) for every row that lists one."""
+    found = []
+    for row in ROWS:
+        for clause in REJECTED_LIST.findall(row["short note (中文)"]):
+            for text, exception in REJECTED_ITEM.findall(clause):
+                allowed = re.compile(CLAUSE.join(map(re.escape, exception.split("……")))) if exception else None
+                found.append((text, allowed, row))
+    return found
+
+
+def rejected_in(text: str) -> list[tuple[str, str]]:
+    """(rejected rendering, the line it is on) for each rejected rendering in ``text`` outside its exceptions."""
+    hits = []
+    for rejected, allowed, row in rejected_renderings():
+        for line in text.splitlines():
+            spared = allowed.sub(lambda m: "\0" * len(m.group(0)), line) if allowed else line
+            if rejected in spared:
+                hits.append((f"{rejected} (glossary: {row['English']} = {row['中文']})", line.strip()[:140]))
+    return hits
+
+
+def chinese_texts():
+    """(where, text) for every Chinese text a learner reads (see above)."""
+    for folder in NOTEBOOK_FOLDERS:
+        for path in sorted((ROOT / folder / ZH).glob("*.ipynb")):
+            for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+                if cell["cell_type"] == "markdown":
+                    yield f"{path.relative_to(ROOT)} cell {i}", "".join(cell["source"])
+                for out in cell.get("outputs", []):
+                    text = out.get("text") or out.get("data", {}).get("text/plain") or ""
+                    yield f"{path.relative_to(ROOT)} cell {i} output", "".join(text) if isinstance(text, list) else text
+    for path in [ROOT / "README.zh-CN.md", ROOT / "CONTRIBUTING.zh-CN.md", *sorted(ROOT.glob("*/zh-CN/*.md"))]:
+        yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK_RUN.search(node.value):
+                yield f"{path.relative_to(ROOT)} line {node.lineno}", node.value
+
+
+def test_the_rejected_renderings_are_read_from_the_glossary():
+    found = {text: allowed for text, allowed, _ in rejected_renderings()}
+    for text in ("对数和指数", "键维切分", "主存（HBM）", "GPU 的主存", "上训练"):
+        assert text in found, f"the glossary no longer rejects {text!r}"
+    assert rejected_in("然后对两个模型各上训练 100 步")
+    assert not rejected_in("在归纳任务上训练一个两层 GPT"), "'在……上训练' (trained on) is not uptraining"
+    assert rejected_in("在 MHA 之后，再上训练 100 步"), "an exception reaches no further than its clause"
+
+
+def test_no_chinese_text_uses_a_rejected_rendering():
+    bad = [f"{where}: {term} in {line!r}" for where, text in chinese_texts() for term, line in rejected_in(text)]
+    assert not bad, "renderings the glossary rejects (docs/glossary.md, 不用：...):\n" + "\n".join(bad)
+
+
+def test_no_chinese_term_is_glossed_with_itself():
+    """'**块表**（块表 / block table）' repeats the term where the English belongs."""
+    names = [name.strip() for r in ROWS for name in re.split(r"[，、（）；()]", re.sub(r"`[^`]*`", "", r["中文"]))]
+    terms = {name for name in names if CJK_RUN.fullmatch(name)}
+    bad = []
+    for where, text in chinese_texts():
+        for term in terms:
+            for match in re.finditer(re.escape(term) + r"\**[（(]\s*" + re.escape(term) + r"(?=\s*[/／，,）)])", text):
+                bad.append(f"{where}: {text[max(0, match.start() - 20) : match.end() + 20]!r}")
+    assert not bad, "a Chinese term glossed with itself instead of its English:\n" + "\n".join(bad)

@@ -178,3 +178,15 @@ def test_the_file_grader_gives_the_notebooks_verdict(tmp_path, style):
             in_kernel[kernel["result"].exercise] = (kernel["result"].passed, kernel["result"].checks_passed)
     assert in_file == in_kernel, (in_file, in_kernel)
     assert in_file["mha_interview"][0] and in_file["kv_cache"][0] == in_file["gqa"][0] == (style == "with_follow_ups")
+
+
+@pytest.mark.parametrize("folder", ["exercises", "exercises/zh-CN"])
+def test_exercise_14_without_triton_says_what_to_do(monkeypatch, folder):
+    """macOS and Windows have no triton wheel: the setup cell says so, in both languages, instead of a bare
+    ModuleNotFoundError (notebook 14's first cell does the same)."""
+    setup = next(c for c in _cells(ROOT / folder / "14_flash_triton.ipynb") if c["id"] == "setup")
+    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # `import triton` fails as where it is missing
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the cell sets it; the test leaves the environment as it was
+    with pytest.raises(RuntimeError, match="Linux only") as raised:
+        exec(compile("".join(setup["source"]), "<setup>", "exec"), {"__name__": "__main__"})
+    assert "WSL" in str(raised.value) and "只提供 Linux" in str(raised.value) and raised.value.__cause__ is None

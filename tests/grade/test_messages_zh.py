@@ -308,7 +308,9 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jail, "run", lambda *a, **k: Outcome())
     timeout = runner.grade_file(tmp_path / "submission.ipynb", ["mha"], total_timeout=7)
-    assert timeout.results[0].report("zh") == "❌ mha：7 项检查通过了 0 项：评分在 7 秒后被终止（是不是有死循环？）"
+    assert timeout.results[0].report("zh") == (
+        "❌ mha：7 项检查通过了 0 项：评分被终止：计算超过了 7 秒，或总共超过了 28 秒（是不是有死循环？）"
+    )
     Outcome.timed_out = False
     crashed = runner.grade_file(tmp_path / "submission.ipynb", ["mha"])
     assert "这份提交在给出任何结果之前就结束了评分进程（退出码 -9），是不是内存不足？：MemoryError" in crashed.results[
@@ -366,7 +368,7 @@ def test_cli_batch_in_chinese(tmp_path):
     with open(tmp_path / "g" / "grades.csv", encoding="utf-8") as fh:
         (row,) = list(csv.DictReader(fh))
     # the columns keep their names for tools; the status in words, the machine key beside it
-    assert list(row) == ["learner", "mha", "total", "max", "fraction", "status", "key", "feedback"]
+    assert list(row) == ["learner", "learner_key", "mha", "total", "max", "fraction", "status", "key", "feedback"]
     assert row["status"].startswith("mha：注意力分数除以了 √d_out") and row["key"] == "mha:scale_d_out"
     assert (tmp_path / "g" / "skipped.txt").read_text(encoding="utf-8") == "notes.txt：不是提交文件（.py 或 .ipynb）\n"
 

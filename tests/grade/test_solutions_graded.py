@@ -17,9 +17,16 @@ def test_solution_notebook_passes_without_noise():
 
 def test_every_solution_notebook_gets_full_credit_in_batch_grading(tmp_path):
     # what an instructor's `make grade` does with learners who hand in the solutions: every exercise passes,
-    # even though the notebooks' own setup and demo cells use course_utils helpers
+    # even though the notebooks' own setup and demo cells use course_utils helpers; the Chinese edition's folder is
+    # graded as a learner's folder (nbgrader's collected layout), so both editions are
     graded, skipped, failed = grade_folder(ROOT / "solutions", tmp_path / "grades", trusted=jail.probe() is not None)
-    assert len(graded) == len(list((ROOT / "solutions").glob("*.ipynb"))) and not failed
+    notebooks = sorted(
+        p.relative_to(ROOT / "solutions").as_posix()
+        for p in (ROOT / "solutions").rglob("*.ipynb")
+        if not any(part.startswith(".") for part in p.parts)
+    )
+    assert sorted(name for name, _ in graded) == notebooks and not failed
+    assert any(name.startswith("zh-CN/") for name in notebooks)
     bad = {name: report.to_dict() for name, report in graded if not report.passed}
     assert not bad, bad
 

@@ -154,3 +154,48 @@ def test_a_stuck_ring_is_named_by_a_timeout_not_a_hang(monkeypatch):
     monkeypatch.setitem(ring_attention.RANK_FUNCTIONS, "silent", _silent_right_neighbour)  # forked children see it
     with pytest.raises(Exception, match=r"rank 0: ring step 0 did not complete in 1 s"):
         ring_attention.run_local(2, 16, "silent", timeout_s=1, start_method="fork")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gqa_ring_sends_kv_heads_and_expands_them_after_receipt(world_size, layout):
+    q, k, v = qkv(23, heads=4)
+    k, v = k[:, :2], v[:, :2]  # 2 K/V heads for 4 query heads
+    out, lse = ring_attention_simulated(q, k, v, world_size, causal=True, layout=layout)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_a_zigzag_step_computes_half_a_block_and_the_same_result(world_size):
+    """After the first step, a zigzag chunk's visible pairs are one half of the block: ring-flash-attention's slices
+    (all queries against the first half of the keys, or the second half of the queries against all keys)."""
+    from course_utils.reference.ring_attention import attend_chunk, attend_visible, computed_scores
+
+    seq_len = 8 * world_size
+    positions = chunk_positions(seq_len, world_size, "zigzag")
+    q, k, v = qkv(seq_len)
+    for rank in range(world_size):
+        for step in range(1, world_size):
+            src = (rank - step) % world_size
+            q_pos, k_pos = positions[rank], positions[src]
+            args = (q[..., q_pos, :], k[..., k_pos, :], v[..., k_pos, :], q_pos, k_pos, True)
+            assert computed_scores(q_pos, k_pos, True) == len(q_pos) * len(k_pos) // 2
+            for got, want in zip(attend_visible(*args), attend_chunk(*args), strict=True):
+                torch.testing.assert_close(got, want)
+    computed = work_per_step(seq_len, world_size, True, "zigzag", computed=True)
+    assert (computed[1:] == (seq_len // world_size) ** 2 // 2).all()
+
+
+def test_the_blocking_ring_is_exact_and_the_ranks_report_their_waiting():
+    from course_utils.reference.ring_attention import run_local
+
+    seq_len = 48
+    q, k, v = example_qkv(seq_len, heads=4, kv_heads=2)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    for method in ("ring", "ring_blocking"):
+        out, _, sent, seconds, waited = run_local(
+            3, seq_len, method, causal=True, layout="zigzag", heads=4, kv_heads=2, repeats=1, timeout_s=20
+        )
+        torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+        assert sent == [comm_bytes_per_rank("ring", seq_len, 3, 4, 2, 8, bytes_per_element=4)] * 3
+        assert all(len(s) == len(w) == 1 and w[0] >= 0 for s, w in zip(seconds, waited, strict=True))

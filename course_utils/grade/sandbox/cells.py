@@ -40,7 +40,7 @@ def run_cells(cells: list, namespace: dict, timeout: float, note) -> set:
         except SyntaxError as exc:
             note("cell_syntax", cell=str(cell["index"]), message=str(exc.msg), line=str(exc.lineno))
             continue
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.setitimer(signal.ITIMER_PROF, timeout)
         try:
             exec(code, namespace)
         except SystemExit:
@@ -53,5 +53,5 @@ def run_cells(cells: list, namespace: dict, timeout: float, note) -> set:
             else:
                 note("cell_error", cell=str(cell["index"]), type=d["type"], message=message)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     return learner_files

@@ -32,7 +32,7 @@ from .texts import english, said
 def grade(plan: dict) -> dict:
     """Run the plan's cells, then grade each of its exercises: the result the grader validates."""
     torch.set_num_threads(1)
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGPROF, alarm)  # the CPU time the learner's code uses, not the wall clock
     timeout = float(plan["cell_timeout"])
     import course_utils.grade as learner_grade  # the learner-side check(): it only records requests
 

@@ -44,7 +44,7 @@ class Kind:
             target = namespace.get(target)
         searched = target if isinstance(target, dict) else namespace  # check("id", globals()): as it was then
         if isinstance(target, dict) or (spec.get("dialects") and not isinstance(target, type)):
-            signal.setitimer(signal.ITIMER_REAL, timeout)  # interview mode: any nn.Module the file defines
+            signal.setitimer(signal.ITIMER_PROF, timeout)  # interview mode: any nn.Module the file defines
             try:
                 target, found = class_in(
                     searched,
@@ -54,7 +54,7 @@ class Kind:
                     function=self.word == "function",
                 )
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_PROF, 0)
             if target is None:
                 interview = bool(spec.get("dialects"))
                 if found:
@@ -74,14 +74,14 @@ class Kind:
         target, why = self.find(asked, namespace, spec, learner_files, timeout)
         if why is not None:
             return missing(why)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.setitimer(signal.ITIMER_PROF, timeout)
         try:
             return {"missing": None, "records": self.run(target, spec, learner_files)}
         except BaseException as exc:  # noqa: BLE001 - the alarm, or anything else that stops the run
             d = describe_exception(exc, learner_files)
             return missing(said("stopped", exercise=spec["exercise"], message=d["said"] or d["message"]))
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def missing(why: dict) -> dict:

@@ -1,0 +1,213 @@
+"""A graded class that loses nobody (issue 37): `make grade` on nbgrader's collected layout (a folder per learner),
+a non-zero exit when nothing was graded, a learner key in grades.csv that is whole and unique, every line of
+learner text one line in the terminal, what did not run said as such (a loop inside forward timed out, not
+"missing"), and memory limits told by accounting, not by the clock."""
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from course_utils.grade import batch, jail, limits, names, runner
+from tests.conftest import run_grader
+from tests.grader_cases.implementations import REFERENCE, mutate
+
+MHA = REFERENCE["mha"]
+LOOP_IN_FORWARD = MHA.replace(
+    "    def forward(self, x):\n", "    def forward(self, x):\n        while True:\n            pass\n", 1
+)
+
+
+def _rows(out: Path) -> list:
+    with open(out / "grades.csv", encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ---------------------------------------------------------------------------------------------------- the layout
+
+
+def test_nbgraders_collected_layout_is_graded_a_learner_per_folder(tmp_path):
+    submitted = tmp_path / "submitted"  # nbgrader collect: submitted/<learner>/<assignment>/<notebook>
+    for learner, code in (("alice", MHA), ("bob", mutate(MHA, {"SCALE": "scores = q @ k.transpose(2, 3)"}))):
+        folder = submitted / learner / "workshop"
+        folder.mkdir(parents=True)
+        (folder / "answer.py").write_text(code)
+        (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")  # nbgrader's, not a submission
+    (submitted / "carol" / "workshop").mkdir(parents=True)  # collected, but nothing in it
+    shown = []  # what the terminal's progress names: the learner's path, not the notebook's name they all share
+    graded, skipped, failed = batch.grade_folder(
+        submitted, tmp_path / "g", exercises=["mha"], trusted=True, progress=lambda d, c, name, r: shown.append(name)
+    )
+    assert [name for name, _ in graded] == ["alice/workshop/answer.py", "bob/workshop/answer.py"] and not failed
+    assert sorted(shown) == ["alice/workshop/answer.py", "bob/workshop/answer.py"]
+    assert [name for name, _ in skipped] == ["carol"]
+    rows = {r["learner"]: r for r in _rows(tmp_path / "g")}
+    assert set(rows) == {"alice", "bob"}
+    assert rows["alice"]["status"] == "passed" and rows["alice"]["learner_key"] == "alice/workshop/answer.py"
+    assert rows["bob"]["status"] != "passed"
+    page = (tmp_path / "g" / "report.html").read_text(encoding="utf-8")
+    assert "<li>bob</li>" in page  # who made the mistake: the learner, not the path
+
+
+def test_nothing_to_grade_is_an_error(tmp_path):
+    empty = tmp_path / "submitted"
+    (empty / "alice" / "workshop").mkdir(parents=True)
+    proc = run_grader("--batch", str(empty), "--out", str(tmp_path / "g"), "--trust-submissions")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "nothing to grade" in proc.stderr
+    # make grade lets exit code 1 through (graded, not everyone passed), never this one
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert "|| test $$? -eq 1" in makefile
+
+
+# ---------------------------------------------------------------------------------------------------- the key
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ("a" * 130 + "1.py", "a" * 130 + "2.py"),  # the same once cut to 120 characters for display
+        ("=x.py", "'=x.py"),  # a formula's cell, and the same name as a spreadsheet escapes it
+        (" =x.py", "' =x.py"),
+        ("50%.py", "50%25.py"),  # an escape, and the text of one
+        ("caf\udce9.py", "caf%E9.py"),  # a byte that is not UTF-8, and its escape's text
+        ("a\nb.py", "a%0Ab.py"),
+    ],
+)
+def test_learner_keys_are_whole_and_never_shared(pair):
+    first, second = map(names.key, pair)
+    assert first != second
+    for key in (first, second):
+        assert key.isprintable() and key[:1] not in ("=", "+", "-", "@", " ", "'") or key.startswith("'")
+    assert names.key("a" * 300) == "a" * 300  # never cut
+
+
+def test_two_long_names_are_two_learners_in_grades_csv(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    stem = "learner-" + "x" * 140
+    (subs / f"{stem}-one.py").write_text(MHA)
+    (subs / f"{stem}-two.py").write_text(mutate(MHA, {"SCALE": "scores = q @ k.transpose(2, 3)"}))
+    batch.grade_folder(subs, tmp_path / "g", exercises=["mha"], trusted=True)
+    rows = _rows(tmp_path / "g")
+    assert rows[0]["learner"] == rows[1]["learner"]  # the display name is cut
+    assert {r["learner_key"] for r in rows} == {f"{stem}-one.py", f"{stem}-two.py"}  # the key is not
+    assert {r["status"] == "passed" for r in rows} == {True, False}
+
+
+# ---------------------------------------------------------------------------------------------------- the terminal
+
+
+FORGED = "## mha: passed (8/8 checks, score 1)"
+
+
+def test_the_note_line_is_one_line_of_learner_text(tmp_path):
+    path = tmp_path / "forger.py"
+    path.write_text(f"raise RuntimeError({('x' + chr(10) + FORGED + chr(10) + '<script>' + chr(27) + '[2J')!r})\n")
+    proc = run_grader(str(path), "--exercise", "mha")  # single files run without a sandbox where there is none
+    lines = proc.stdout.splitlines()
+    assert any("note:" in line for line in lines), proc.stdout
+    assert not [line for line in lines if line.lstrip().startswith("##")], proc.stdout
+    assert "\x1b" not in proc.stdout  # the escape sequence shown as text, never sent to the terminal
+
+
+# ---------------------------------------------------------------------------------------------------- did not run
+
+
+def test_a_loop_inside_forward_timed_out_it_is_not_missing(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(LOOP_IN_FORWARD)
+    report = runner.grade_file(path, ["mha"], sandboxed=False, cell_timeout=2.0)
+    (result,) = report.results
+    assert result.diagnosis == "timeout", result.report()
+    assert "not found" not in result.report() and "timed out" in result.report()
+    assert batch.status(report) == "mha: stopped: too slow"
+    assert not batch.named_mistake(result.diagnosis)
+
+
+def test_a_memory_limit_reached_is_said_even_when_the_clock_ran_out(tmp_path, monkeypatch):
+    class Outcome:  # what jail.run returns for a submission stopped by its total while its pages were faulted in
+        returncode, result, stderr_tail, too_big, timed_out = -9, b"", "", False, True
+        usage = limits.Usage(peak=4 << 30, hit="memory")
+
+    monkeypatch.setattr(jail, "run", lambda *a, **k: Outcome())
+    path = tmp_path / "big.py"
+    path.write_text(MHA)
+    (result,) = runner.grade_file(path, ["mha"]).results
+    assert result.diagnosis == "crashed" and f"more than {limits.MEMORY_TOTAL >> 20} MiB" in result.report()
+
+
+def test_an_allocation_refused_is_said_as_memory_not_as_a_missing_class(tmp_path):
+    path = tmp_path / "huge.py"
+    path.write_text(f"HELD = bytearray(1 << 62)\n{MHA}")  # no machine has this: refused at once
+    (result,) = runner.grade_file(path, ["mha"], sandboxed=False).results
+    assert result.diagnosis == "crashed" and "tried to use more than" in result.report(), result.report()
+
+
+# ---------------------------------------------------------------------------------------------------- the clock
+
+
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def test_the_time_limit_counts_computing_not_waiting():
+    busy, waiting = _child("while True:\n    pass\n"), _child("import time\ntime.sleep(60)\n")
+    try:
+        time.sleep(1.0)
+        assert limits.tree_cpu_seconds(busy.pid) > 0.05  # computing: counted (however little CPU a busy host gives)
+        assert limits.tree_cpu_seconds(waiting.pid) < 0.05  # waiting: not counted
+        assert jail._wait(busy, 0.3)  # stopped: by its CPU time, or at the latest by the wall-clock backstop
+        started = time.monotonic()
+        assert jail._wait(waiting, 0.3)  # no CPU at all: stopped by the backstop only
+        assert time.monotonic() - started >= 0.3 * limits.WALL_FACTOR - 0.3
+    finally:
+        for child in (busy, waiting):
+            child.kill()
+            child.wait()
+    quick = _child("pass")
+    assert not jail._wait(quick, 30)
+
+
+@pytest.mark.requires_sandbox
+def test_the_same_memory_verdict_on_every_run(tmp_path, monkeypatch):
+    # held in 64 MiB pieces, more than the total: stopped by the accounting however slowly the pages come
+    monkeypatch.setattr(limits, "MEMORY_TOTAL", 1 << 30)
+    path = tmp_path / "held.py"
+    path.write_text("HELD = [b'x' * (64 << 20) for _ in range(24)]\n" + MHA)
+    verdicts = {runner.grade_file(path, ["mha"]).results[0].report("en") for _ in range(2)}
+    assert len(verdicts) == 1, verdicts
+    (verdict,) = verdicts
+    assert "more than 1024 MiB" in verdict, verdict
+
+
+def test_feedback_names_no_folder_of_the_instructors(tmp_path):
+    import course_utils
+    from course_utils.grade.escape import markdown
+
+    venv = sys.prefix
+    said = f"error in {venv}/lib/python3.11/site-packages/torch/nn/functional.py and {course_utils.__file__}"
+    shown = markdown(said)
+    assert venv not in shown and str(Path(course_utils.__file__).parent) not in shown
+    assert "&lt;python&gt;/lib/python3.11/site-packages/torch/nn/functional.py" in shown
+    path = tmp_path / "paths.py"
+    path.write_text(f"raise RuntimeError({said!r})\n")
+    report = runner.grade_file(path, ["mha"], sandboxed=False)
+    feedback = batch.feedback_markdown("paths.py", report, "en")
+    assert venv not in feedback and "&lt;python&gt;" in feedback
+
+
+@pytest.mark.requires_sandbox
+def test_a_forward_that_keeps_allocating_is_told_about_memory_not_time(tmp_path, monkeypatch):
+    # each call holds more than the total allows; the cases call it again and again: the verdict names the memory
+    # (the total reached, or, where the address-space cap refuses first, the memory it held when its time ran out)
+    monkeypatch.setattr(limits, "MEMORY_TOTAL", 2 << 30)
+    hog = "        hog = [b'x' * (64 << 20) for _ in range(80)]\n"
+    path = tmp_path / "hog.py"
+    path.write_text(MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + hog, 1))
+    (result,) = runner.grade_file(path, ["mha"]).results
+    said = result.report()
+    assert result.diagnosis == "crashed" and "2048 MiB" in said and "memory" in said and "timed out" not in said, said
