@@ -7,8 +7,22 @@ PY     := $(VENV)/bin/python
 # two stamps: the course (what make lab needs) and, on top of it, the test tools (pytest, nbval, playwright)
 COURSE_STAMP := $(VENV)/.installed-course
 STAMP  := $(VENV)/.installed
-# extra pip arguments for every install, e.g. PIP_ARGS="--no-cache-dir"
+# The installer. auto: uv where it can be had (the uv command, else UV_PIN from the package index into UV_BOOTSTRAP,
+# a folder of its own beside the environment), else pip, with the same pins; uv: uv or stop; pip: pip.
+# uv reads no pip configuration: etc/uv_pip.py hands it pip's (its index, extra indexes, find-links, certificate).
+INSTALLER ?= auto
+UV ?= uv
+UV_PIN ?= uv==0.13.9
+UV_BOOTSTRAP ?= $(VENV)-uv
+# extra arguments for every install: PIP_ARGS for pip (e.g. PIP_ARGS="--no-cache-dir"), UV_ARGS for uv
 PIP_ARGS ?=
+UV_ARGS ?=
+# the installer make setup chose, for every later install into the environment (the test tools)
+INSTALLER_FILE := $(VENV)/.installer
+# install ARGS... with that installer (pip where none was recorded: an environment made before uv)
+INSTALL = inst="$$(cat $(INSTALLER_FILE) 2>/dev/null || echo pip)"; [ "$$inst" = pip ] || [ -x "$$inst" ] || inst=pip; \
+	install() { if [ "$$inst" = pip ]; then echo "$(PY) -m pip install $(PIP_ARGS) $$*"; $(PY) -m pip install $(PIP_ARGS) "$$@"; \
+	else $(PY) etc/uv_pip.py "$$inst" install $(UV_ARGS) "$$@"; fi; }
 # Which build of PyTorch. On Linux, PyPI's torch is the CUDA build (triton and about fifteen nvidia-* packages, several
 # GB). auto: PyTorch's CPU wheel index when nvidia-smi finds no GPU and that index answers within TORCH_INDEX_TIMEOUT
 # seconds, else the default index; default: pip's default index (PyPI); a URL: torch from that index, e.g.
@@ -21,6 +35,8 @@ WITH_TRITON ?= 1
 SUBMISSIONS ?= submissions
 OUT    ?= grades
 GRADE_ARGS ?=
+# make bench-grade: e.g. BENCH_GRADE_ARGS="--class hostile" (see python -m benchmarks.grade_class --help)
+BENCH_GRADE_ARGS ?=
 PYTEST_WORKERS ?= 2
 LAB_ARGS ?=
 # instructors: nbgrader in its own environment, so that the course environment stays as learners have it
@@ -37,18 +53,20 @@ CHP_VERSION ?= 5.3.0
 # make test-hub installs a hub of its own here (kept, so that a second run is quick)
 HUB_TEST_DIR ?= /var/tmp/attention-by-hand-hub-test
 
-.PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
+.PHONY: setup lab lab-zh twins check-twins lint test test-fast test-sandbox bench bench-grade train exercises check-exercises grade test-browser nbgrader-setup test-nbgrader hub-setup test-hub progress progress-clear clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab at the notebooks' index (creates .venv if missing)"
 	@echo "make lab-zh       the same, at the Chinese edition's index (中文版)"
 	@echo "make test         run the test suite, notebooks included (creates .venv if missing); not the sandbox's"
 	@echo "make setup        only build the course environment (TORCH_INDEX=default|<url> to choose the torch build)"
+	@echo "                  with uv where it can be had, else pip (INSTALLER=pip to take pip, INSTALLER=uv to insist on uv)"
 	@echo "                  WITH_TRITON=0 leaves out triton (about 700 MB; notebook 14 and exercise 14 need it)"
 	@echo "make test-fast    lint, then the suite without executing the notebooks (a few minutes less)"
 	@echo "make test-sandbox the grader's tests that run submissions in its bubblewrap sandbox (batches, attacks)"
 	@echo "make lint         ruff (checks, format) on the Python packages and tests, mypy on course_utils (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
+	@echo "make bench-grade  a class of 100 graded through fork servers, then with a sandbox per submission (needs bubblewrap)"
 	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
@@ -63,10 +81,30 @@ help:
 
 setup: $(COURSE_STAMP)
 
-$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*.py)
+$(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*.py) etc/uv_pip.py etc/bytecode.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# the installer: uv (on PATH, or bootstrapped from the package index: one wheel, about 20 MB), else pip
+	@want="$(INSTALLER)"; inst=pip; \
+	if [ "$$want" = pip ]; then \
+		echo "== 1/4 installer: pip (INSTALLER=pip)"; \
+	elif found="$$(command -v "$(UV)")" && "$$found" --version >/dev/null 2>&1; then \
+		inst="$$found"; echo "== 1/4 installer: $$("$$inst" --version) ($$inst)"; \
+	elif [ -x "$(UV_BOOTSTRAP)/bin/uv" ] && "$(UV_BOOTSTRAP)/bin/uv" --version >/dev/null 2>&1; then \
+		inst="$(abspath $(UV_BOOTSTRAP))/bin/uv"; echo "== 1/4 installer: $$("$$inst" --version) ($(UV_BOOTSTRAP))"; \
+	else \
+		echo "== 1/4 installer: $(UV_PIN) from the package index into $(UV_BOOTSTRAP) (about 20 MB; INSTALLER=pip skips it)"; \
+		if $(PY) -m pip install $(PIP_ARGS) --target "$(UV_BOOTSTRAP)" "$(UV_PIN)" && \
+			"$(UV_BOOTSTRAP)/bin/uv" --version >/dev/null 2>&1; then \
+			inst="$(abspath $(UV_BOOTSTRAP))/bin/uv"; \
+		else \
+			rm -rf "$(UV_BOOTSTRAP)"; \
+			[ "$$want" = uv ] && { echo "INSTALLER=uv, but uv could not be had (see above)" >&2; exit 1; }; \
+			echo "uv could not be had: pip installs the same pins (slower)"; \
+		fi; \
+	fi; \
+	echo "$$inst" > $(INSTALLER_FILE)
 	@# torch first, from the index TORCH_INDEX picks (a torch already installed at the pinned version stays)
-	@index="$(TORCH_INDEX)"; \
+	@$(INSTALL); index="$(TORCH_INDEX)"; \
 	if [ "$$index" = auto ]; then \
 		index=default; \
 		if [ "$$(uname -s)" = Linux ] && ! nvidia-smi -L >/dev/null 2>&1; then \
@@ -80,32 +118,31 @@ $(COURSE_STAMP): requirements.txt pyproject.toml $(wildcard etc/*/*.json etc/*/*
 		fi; \
 	fi; \
 	if [ "$$index" != default ]; then \
-		echo "== 1/3 PyTorch from $$index: about 190 MB to download for the CPU build (pip shows its progress)"; \
-		echo "$(PY) -m pip install $(PIP_ARGS) --index-url $$index $$(grep -E '^torch==' requirements.txt)"; \
-		$(PY) -m pip install $(PIP_ARGS) --index-url "$$index" "$$(grep -E '^torch==' requirements.txt)" || \
+		echo "== 2/4 PyTorch from $$index: about 190 MB to download for the CPU build"; \
+		install --index-url "$$index" "$$(grep -E '^torch==' requirements.txt)" || \
 			echo "could not install torch from $$index: torch from the default index"; \
 	else \
-		echo "== 1/3 PyTorch comes with the next step, from the default index (on Linux the CUDA build: several GB)"; \
+		echo "== 2/4 PyTorch comes with the next step, from the default index (on Linux the CUDA build: several GB)"; \
 	fi
-	@echo "== 2/3 JupyterLab, matplotlib, numpy, ipywidgets, triton (Linux) and their dependencies (requirements.txt): about 90 MB, triton about 200 MB more"
+	@echo "== 3/4 JupyterLab, matplotlib, numpy, ipywidgets, triton (Linux) and their dependencies (requirements.txt): about 90 MB, triton about 200 MB more"
 	@# WITH_TRITON=0: every pin but triton's (notebook 14 then says why it cannot run; its tests skip)
-	@if [ "$(WITH_TRITON)" = 0 ]; then grep -v '^triton==' requirements.txt > $(VENV)/requirements-without-triton.txt; \
-		echo "$(PY) -m pip install $(PIP_ARGS) -r requirements.txt (without triton)"; \
-		$(PY) -m pip install $(PIP_ARGS) -r $(VENV)/requirements-without-triton.txt; \
+	@$(INSTALL); if [ "$(WITH_TRITON)" = 0 ]; then grep -v '^triton==' requirements.txt > $(VENV)/requirements-without-triton.txt; \
+		echo "(requirements.txt without triton: WITH_TRITON=0)"; install -r $(VENV)/requirements-without-triton.txt; \
 	else \
-		echo "$(PY) -m pip install $(PIP_ARGS) -r requirements.txt"; \
-		$(PY) -m pip install $(PIP_ARGS) -r requirements.txt; \
+		install -r requirements.txt; \
 	fi
-	@echo "== 3/3 course_utils from this folder (editable, nothing to download)"
-	$(PY) -m pip install -q --no-deps -e .
+	@echo "== 4/4 course_utils from this folder (editable, nothing to download), then the bytecode of what a grading imports"
+	@$(INSTALL); install -q --no-deps -e .
 	mkdir -p $(VENV)/etc && cp -R etc/ipython etc/jupyter $(VENV)/etc/
 	mkdir -p $(VENV)/share/jupyter/lab/settings && cp etc/lab/overrides.json $(VENV)/share/jupyter/lab/settings/
+	@# written here, where the environment is writable: the grader's sandbox mounts it read-only (etc/bytecode.py)
+	PYTHONDONTWRITEBYTECODE= $(PY) etc/bytecode.py
 	@touch $@
 
 # the test tools, for every target but setup, lab and lab-zh
 $(STAMP): requirements-test.txt $(COURSE_STAMP)
 	@echo "== the test tools (pytest, nbval, playwright, ruff; requirements-test.txt): about 65 MB; make lab needs none"
-	$(PY) -m pip install $(PIP_ARGS) -r requirements-test.txt
+	@$(INSTALL); install -r requirements-test.txt
 	@touch $@
 
 lab: $(COURSE_STAMP)
@@ -144,6 +181,10 @@ test-sandbox: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+bench-grade: $(STAMP)
+	@# the class of 100 graded both ways and 100 bare torch imports, in one run: ratios, load, every verdict compared
+	$(PY) -m benchmarks.grade_class $(BENCH_GRADE_ARGS)
 
 train: $(STAMP)
 	@# one thread: seeded training then rebuilds the committed checkpoints exactly
@@ -214,4 +255,4 @@ progress-clear: $(COURSE_STAMP)
 	@$(PY) -m course_utils.grade.history --clear
 
 clean:
-	rm -rf $(VENV) $(NBGRADER_VENV) grades .pytest_cache
+	rm -rf $(VENV) $(UV_BOOTSTRAP) $(NBGRADER_VENV) grades .pytest_cache

@@ -15,6 +15,8 @@ A sliding-window layer decodes 4096 steps with a ring-buffer cache against a gro
 benchmarks/long_context.py): bytes held and time. Ring attention, all-gather and Ulysses run on local gloo
 processes (notebook 15, benchmarks/context_parallel.py): bytes per rank checked against the formula, and the ring's
 time per step against SDPA in one process.
+Notebook 17 (benchmarks/sparse.py): a DeepSeek-Sparse-Attention decoding step against a dense one as the context
+grows (the crossover), and a KIVI-quantised cache against a float one (bytes held, decode time).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .flash_triton import CONFIGS as FLASH_TRITON_CONFIGS
 from .flash_triton import bench_flash_triton, flash_triton_ratios
 from .long_context import bench_ring_cache, long_context_ratios
 from .serving import bench_paged_decode, bench_split_k, serving_ratios
+from .sparse import bench_quantized_cache, bench_sparse_decode, sparse_ratios
 from .timing import median_time, median_times
 from .variants import VARIANTS, build_variants, check_variants_agree
 
@@ -59,6 +62,50 @@ CONTEXT_PARALLEL = dict(
     timeout_s=60,
 )
 CONTEXT_PARALLEL_QUICK = {**CONTEXT_PARALLEL, "seq_lens": [256], "time_seq_len": 512, "repeats": 1}
+
+# notebook 17: a sparse decoding step (DSA) against a dense one as the context grows, and a KIVI cache against a float
+# one; the CPU sizes run one thread, the GPU ones in bfloat16 with 8x the context
+SPARSE = dict(
+    heads=16,
+    kv_heads=2,
+    head_dim=128,
+    index_heads=8,
+    index_dim=64,
+    top_k=512,
+    lengths=[1024, 4096, 16384, 65536],
+    dtype="float32",
+    atol=1e-4,
+    check_top_k=64,
+    repeats=7,
+    warmup=1,
+    threads=1,
+)
+KV_QUANT = dict(
+    batch=1,
+    kv_heads=2,
+    head_dim=128,
+    prompt_len=4096,
+    steps=32,
+    group_size=32,
+    residual=128,
+    bits=[2, 4, 8],
+    dtype="float32",
+    atol=1e-4,
+    repeats=3,
+    warmup=1,
+    threads=1,
+)
+SPARSE_QUICK = {**SPARSE, "lengths": [1024, 16384], "repeats": 3}
+KV_QUANT_QUICK = {**KV_QUANT, "prompt_len": 1024, "steps": 8, "repeats": 1}
+SPARSE_CUDA = {
+    **SPARSE,
+    "lengths": [8192, 32768, 131072, 524288],
+    "top_k": 2048,
+    "dtype": "bfloat16",
+    "atol": 5e-2,
+    "threads": None,
+}
+KV_QUANT_CUDA = {**KV_QUANT, "batch": 8, "kv_heads": 8, "prompt_len": 16384, "dtype": "bfloat16", "atol": 5e-2}
 
 CONFIGS = {
     "cpu": dict(
@@ -125,6 +172,8 @@ CONFIGS = {
             split_chunk=1024,
         ),
         context_parallel=CONTEXT_PARALLEL,
+        sparse=SPARSE,
+        kv_quant=KV_QUANT,
     ),
     "cpu-quick": dict(
         variants=dict(batch=2, seq_len=128, d_in=256, d_out=256, num_heads=4, dtype="float32", atol=1e-4),
@@ -171,6 +220,8 @@ CONFIGS = {
             split_chunk=1024,
         ),
         context_parallel=CONTEXT_PARALLEL_QUICK,
+        sparse=SPARSE_QUICK,
+        kv_quant=KV_QUANT_QUICK,
     ),
     "cuda": dict(
         variants=dict(batch=8, seq_len=2048, d_in=2048, d_out=2048, num_heads=16, dtype="bfloat16", atol=5e-2),
@@ -225,6 +276,8 @@ CONFIGS = {
             split_chunk=1024,
         ),
         context_parallel=CONTEXT_PARALLEL,
+        sparse=SPARSE_CUDA,
+        kv_quant=KV_QUANT_CUDA,
     ),
     "cuda-quick": dict(
         variants=dict(batch=4, seq_len=1024, d_in=1024, d_out=1024, num_heads=8, dtype="bfloat16", atol=5e-2),
@@ -279,6 +332,8 @@ CONFIGS = {
             split_chunk=1024,
         ),
         context_parallel=CONTEXT_PARALLEL_QUICK,
+        sparse={**SPARSE_CUDA, "lengths": [8192, 131072], "repeats": 3},
+        kv_quant={**KV_QUANT_CUDA, "prompt_len": 4096, "steps": 8, "repeats": 1},
     ),
 }
 
@@ -303,6 +358,8 @@ BEYOND_RATIOS = (
 )
 # present when the config has the long_context section (notebook 12)
 LONG_CONTEXT_RATIOS = ("growing_vs_ring_cache_bytes", "ring_vs_growing_decode_time")
+# present when the config has the sparse and kv_quant sections (notebook 17)
+SPARSE_RATIOS = ("float_vs_4bit_cache_bytes", "4bit_vs_float_decode_time")
 
 
 def device_label(device: torch.device) -> str:
@@ -575,6 +632,7 @@ def compute_ratios(report, cfg):
         **serving_ratios(report),
         **flash_triton_ratios(report),
         **context_parallel_ratios(report),
+        **sparse_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
             "cache_speedup_512": f"no cache / preallocated cache, {mid} new tokens",
@@ -596,6 +654,12 @@ def compute_ratios(report, cfg):
             "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
             "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
             "thread each",
+            "sparse": "one decoding query (16 heads on 2 K/V heads): SDPA over all L keys vs the lightning indexer "
+            "over all L index keys, top-k, and attention over the selected keys (course_utils.dsa_attention); "
+            "sparse / dense time, median of alternating rounds' ratios",
+            "kv_quant": "KIVI's cache (course_utils.QuantizedKVCache, dequantised whole at every step) vs a "
+            "preallocated float cache: bytes held after the last step (float / quantised) and decode time "
+            "(quantised / float, median of alternating rounds' ratios)",
         },
     }
 
@@ -631,6 +695,12 @@ def run(cfg, device, out_path=None, log=print, quick=False):
         log("Context parallelism: bytes per rank (ring, all-gather, Ulysses) and the gloo ring's time per step")
         report["cp_bytes"] = bench_context_parallel_bytes(cfg, log)
         report["cp_ring_time"] = bench_ring_step_time(cfg, log)
+    if "sparse" in cfg:
+        log("Sparse (DSA) vs dense decoding as the context grows")
+        report["sparse_decode"] = bench_sparse_decode(cfg, device, log)
+    if "kv_quant" in cfg:
+        log("A KIVI-quantised KV cache vs a float one")
+        report["kv_quant"] = bench_quantized_cache(cfg, device, log)
     report["ratios"] = compute_ratios(report, cfg)
     if out_path is not None:
         out_path = Path(out_path)

@@ -27,6 +27,17 @@ from .reference.kv_cache import (
     PreallocatedKVCache,
     PreallocatedLatentKVCache,
 )
+from .reference.kv_quant import (
+    Quantized,
+    QuantizedKVCache,
+    fake_quantize,
+    kivi_bytes_per_token,
+    kivi_quantize,
+    kivi_split,
+    pack_codes,
+    quantize,
+    unpack_codes,
+)
 from .reference.masks import causal_mask, expand_mask, padding_mask, to_sdpa_mask
 from .reference.mla import MultiHeadLatentAttention
 from .reference.multihead import GroupedQueryAttention, MultiHeadAttention, repeat_kv
@@ -75,6 +86,18 @@ from .reference.sliding_window import (
     sliding_window_cache_bytes,
     sliding_window_mask,
     sliding_window_mask_at,
+)
+from .reference.sparse_attention import (
+    LightningIndexer,
+    SparseLatentAttention,
+    SparseLatentCache,
+    dsa_attention,
+    indexer_scores,
+    indexer_warmup_loss,
+    recall,
+    selection_mask,
+    sparse_attention,
+    top_k_indices,
 )
 from .reference.split_k import merge_partials, split_k_attention
 
@@ -161,6 +184,26 @@ __all__ = [
     "split_sequence",
     "ulysses_attention_simulated",
     "work_per_step",
+    # which keys to read: DeepSeek Sparse Attention and a quantised KV cache (notebook 17)
+    "LightningIndexer",
+    "Quantized",
+    "QuantizedKVCache",
+    "SparseLatentAttention",
+    "SparseLatentCache",
+    "dsa_attention",
+    "fake_quantize",
+    "indexer_scores",
+    "indexer_warmup_loss",
+    "kivi_bytes_per_token",
+    "kivi_quantize",
+    "kivi_split",
+    "pack_codes",
+    "quantize",
+    "recall",
+    "selection_mask",
+    "sparse_attention",
+    "top_k_indices",
+    "unpack_codes",
 ]
 # course_utils.viz (matplotlib, ipywidgets) is imported on demand by the notebooks, not here.
 

@@ -171,6 +171,20 @@ LABELS = {
     "ulysses": "Ulysses（按头切分）",
     "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
+    # 17
+    "indexer warm-up loss": "索引器预热的损失",
+    "recall of the dense top-4": "对稠密注意力前 4 个键的召回率",
+    "keys the indexer keeps": "索引器留下的键",
+    "bits per number": "每个数的比特数",
+    "error of a decoding step's output": "一步解码输出的误差",
+    "KIVI (keys per channel, window 32)": "KIVI（键逐通道，窗口 32）",
+    "keys per channel, no window": "键逐通道，无窗口",
+    "keys per token": "键逐 token",
+    "bytes per token and K/V head": "每个 token、每个 K/V 头的字节数",
+    "bytes a token costs: head_dim 128, groups of 32": "一个 token 的字节数：head_dim 128，每组 32",
+    "share of layer 1's attention (p)": "第 1 层注意力的占比（p）",
+    "KL(p || softmax(I))": "KL 散度 KL(p || softmax(I))",
+    "float16": "float16（半精度）",
 }
 
 PATTERNS = [
@@ -222,6 +236,13 @@ PATTERNS = [
             ),
         ),
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+        (
+            r"^(warmed-up|untrained) indexer, top-(\d+): red frames = the keys it keeps$",
+            lambda m: (
+                {"warmed-up": "预热过的", "untrained": "未训练的"}[m.group(1)]
+                + f"索引器，前 {m.group(2)} 个：红框 = 它留下的键"
+            ),
+        ),
         (r"^full attention: tiles visited, T=(\d+), blocks of (\d+)$", r"完整注意力：访问的分块，T=\1，块大小 \2"),
         (r"^causal: tiles visited, T=(\d+), blocks of (\d+)$", r"因果：访问的分块，T=\1，块大小 \2"),
         (

@@ -34,6 +34,7 @@ FIELDS = {
     "kind": "mean",
     "quantity": "milliseconds, lower",
     "machine": "AMD EPYC, 2 threads",
+    "which": "warmed-up",
 }
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from . import class_report, names
+from . import class_report, jail, names
 from .escape import csv_cell, markdown, printable
 from .exercises import IDS as EXERCISES
 from .exercises import mistake_said
@@ -283,13 +283,17 @@ def grade_folder(
         return report
 
     reports: list = [None] * len(files)
-    with ThreadPoolExecutor(max_workers=workers) as pool:  # each submission is its own sandboxed process
-        futures = {pool.submit(one, item): item[0] for item in enumerate(files)}
-        for done, future in enumerate(as_completed(futures), start=1):
-            i = futures[future]
-            reports[i] = future.result()
-            if progress is not None:
-                progress(done, len(files), os.fsdecode(files[i].relative_to(submissions)), reports[i])
+    # each submission is its own sandboxed process: a fork server's child (one server per worker), or its own sandbox
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(one, item): item[0] for item in enumerate(files)}
+            for done, future in enumerate(as_completed(futures), start=1):
+                i = futures[future]
+                reports[i] = future.result()
+                if progress is not None:
+                    progress(done, len(files), os.fsdecode(files[i].relative_to(submissions)), reports[i])
+    finally:
+        jail.close_servers()
     # each submission by its path in the folder ("alice/workshop/04.ipynb", or "alice.py"): unique in the batch
     graded = [(os.fsdecode(p.relative_to(submissions)), rep) for p, rep in zip(files, reports, strict=False)]
 

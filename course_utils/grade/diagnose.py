@@ -105,8 +105,14 @@ class Words:
         return ""
 
     def flag(self, name: str) -> Msg | None:
-        """For a flag measured in the sandbox (1 = within a bound), what a 0 says; None for any other output."""
+        """For a flag measured in the sandbox (1 = within a bound, or as the contract asks), what a 0 says; None for
+        any other output."""
         return None
+
+    def bound(self, name: str) -> bool:
+        """Whether the flag ``name`` is a bound that a case may be too small to catch (a mutant that builds too much
+        then also matches a learner whose 1 the case could not tell from a 0); other flags are matched exactly."""
+        return False
 
     def lenient_nan(self, name: str) -> bool:
         """Whether NaN where the reference has a number is forgiven (a fully masked row's gradient)."""
@@ -156,8 +162,9 @@ def compare(
         if got.shape != exp.shape:
             return Msg("compare.shape", label=label, got=_shape(got), need=_shape(exp), extra=words.shape_note(name))
         failed_flag = words.flag(name)
-        if failed_flag is not None:  # measured in the sandbox: 1 = within the memory the computation needs
-            if not torch.equal(got, exp) and not (lenient_flags and exp.item() == 0):
+        if failed_flag is not None:  # measured in the sandbox: 1 = within the memory the computation needs, or as
+            # the contract asks (a ring's exchanges point to point, keys split, a cache in the contract's layout)
+            if not torch.equal(got, exp) and not (lenient_flags and exp.item() == 0 and words.bound(name)):
                 return failed_flag
             continue
         if not _close(got, exp, lenient_nan and words.lenient_nan(name), tol):
@@ -209,6 +216,8 @@ def matches(ex, kind, cases, records, mutant) -> bool:
     """Whether the learner's records are what ``mutant`` computes on every case (a crash where it crashes)."""
     for case, rec in zip(cases, records, strict=False):
         exp = cached_outputs(ex.expected, case, mutant.variant)
+        if isinstance(exp, dict) and not exp:  # this mistake expects nothing of this case: whatever it did, crash too
+            continue
         if isinstance(exp, Exception):  # a mutant that crashes matches a learner that crashes there
             if not _error_matches(rec["error"], exp):
                 return False
@@ -307,6 +316,9 @@ def stubs(ex, kind, cases, records) -> list[str]:
     raised = [(case, err) for case, err in raised if err["not_implemented"]]
     named = {err.get("function") for _, err in raised}
     by_frame = [f for f in functions if f in named]
+    if not by_frame and kind.word == "function":  # a stub inside a function the given code calls (exercise 14's
+        # flash_kernel, launched by the given flash_attention): the one the learner writes is named
+        by_frame = sorted(n for n in named if isinstance(n, str) and n.isidentifier() and len(n) <= 60)
     by_case = [f for f in functions if any(kind.called(ex, case) == f for case, _ in raised)]
     return by_frame or by_case or [ex.contract]
 
@@ -344,7 +356,12 @@ def judge(ex, kind, records: list, cases: list, refusals: list | None = None, as
     passed = len(cases) - len(reasons) + (1 if ran and not unsteady else 0)
     if passed == total:
         return Result(ex.id, True, 1.0, total, total, None, [], assumed)
-    score = round(passed / total, 3)
+    # the score follows what the exercise teaches: a case may weigh more than one check (its meta's "weight": the
+    # ring's runs of exercise 15), the determinism check weighs one
+    failed = {name for name, _ in reasons}
+    weights = [float(case.meta.get("weight", 1.0)) for case in cases]
+    earned = sum(w for case, w in zip(cases, weights, strict=True) if case.name not in failed)
+    score = round((earned + (1 if ran and not unsteady else 0)) / (sum(weights) + 1), 3)
     lines = details(ex, reasons, len(cases))
 
     def result(key, message):

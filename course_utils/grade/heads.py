@@ -45,8 +45,8 @@ class Variant:
     scale: str = "head_dim"  # head_dim | d_out | d_in | none | no_sqrt
     softmax_dim: int = -1  # -1 keys (right) | -2 queries | 1 heads (queries for one head) | 0 batch
     softmax: str = "stable"  # stable | naive (exp / sum without subtracting the row max)
-    mask: str = "causal"  # causal | none | inverted | zero_fill | after_softmax | diagonal | top_left
-    # | unsliced | square_slice | first_chunk_only
+    mask: str = "causal"  # causal | none | inverted | transposed (each query sees itself and the later keys) |
+    # zero_fill | after_softmax | diagonal | top_left | unsliced | square_slice | first_chunk_only
     fill: float = float("-inf")  # value written into hidden scores
     split: str = "ok"  # ok | no_transpose
     merge: str = "ok"  # ok | no_transpose | d_in (merged into the input's width: fails unless d_in == d_out)
@@ -68,6 +68,8 @@ def _hide_mask(v: Variant, num_q, num_k, context_length, past_len):
     if v.mask == "first_chunk_only" and past_len > 0:
         return None
     offset = 0 if v.mask == "top_left" else num_k - num_q  # queries are the last positions
+    if v.mask == "transposed":  # the causal mask's transpose: the earlier keys hidden, the later ones seen
+        return torch.tril(torch.ones(num_q, num_k, dtype=torch.bool), offset - 1)
     diag = offset if v.mask == "diagonal" else offset + 1
     hide = torch.triu(torch.ones(num_q, num_k, dtype=torch.bool), diag)
     return ~hide if v.mask == "inverted" else hide
@@ -409,6 +411,7 @@ M_NO_SQRT = Mistake("scale_no_sqrt")
 M_SCALE_D_OUT = Mistake("scale_d_out")
 M_SCALE_D_IN = Mistake("scale_d_in")
 M_INVERTED = Mistake("mask_inverted")
+M_TRANSPOSED = Mistake("mask_transposed")
 M_ZERO_FILL = Mistake("mask_zero_fill")
 M_AFTER_SOFTMAX = Mistake("mask_after_softmax")
 M_DIAGONAL = Mistake("diagonal_masked")
@@ -432,6 +435,8 @@ def causal_mutants(base: Variant):
         mutant(M_NO_MASK, replace(base, mask="none")),
         mutant(M_INVERTED, replace(base, mask="inverted")),
         mutant(M_INVERTED, replace(base, mask="inverted", fill=-1e9)),
+        mutant(M_TRANSPOSED, replace(base, mask="transposed")),
+        mutant(M_TRANSPOSED, replace(base, mask="transposed", fill=-1e9)),
         mutant(M_ZERO_FILL, replace(base, mask="zero_fill")),
         mutant(M_AFTER_SOFTMAX, replace(base, mask="after_softmax")),
         mutant(M_DIAGONAL, replace(base, mask="diagonal")),
@@ -494,6 +499,14 @@ TEXTS: dict[str, tuple[str, str]] = {
         "True = allow mixed up, e.g. masked_fill(mask == 0, ...) on a triu mask)",
         "因果掩码反了：token 能看到未来，却看不到过去（把“True = 遮住”和“True = 允许”弄混了，"
         "例如对 triu 掩码用了 masked_fill(mask == 0, ...)）",
+    ),
+    "mutant.mask_transposed": (
+        "causal mask transposed: each query sees itself and the LATER tokens, not the earlier ones (torch.tril "
+        "where torch.triu belongs, a mask's .T, or j >= i for i <= j); hide key j from query i when j > i: "
+        "torch.triu(torch.ones(T, T), diagonal=1) as True = hide",
+        "因果掩码转置了：每个查询看到的是它自己和它后面的 token，而不是前面的（该用 torch.triu 的地方用了 torch.tril、"
+        "对掩码做了 .T，或把 i <= j 写成了 j >= i）；当 j > i 时要对查询 i 遮住键 j："
+        "torch.triu(torch.ones(T, T), diagonal=1) 作为 True = 遮住",
     ),
     "mutant.mask_zero_fill": (
         "masked scores filled with 0 instead of -inf: softmax still gives the hidden (future) keys weight exp(0)",

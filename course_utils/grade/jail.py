@@ -8,14 +8,22 @@ The child gets its plan on stdin and returns its result through a pipe; nothing 
 course's reference code is mounted in the sandbox: only the package ``sandbox/`` and the learner-side course_utils
 (``build_lib``), and what an exercise's kind asks for (``mounts``, ``env``). This module is the parent's side: it builds
 that tree and starts, limits and ends the child; it knows no exercise and no kind.
+
+Starting Python and importing torch is most of a grading's time, so where it can, a sandboxed submission's process
+is the child of a fork server (``ForkServer``: one sandbox per batch worker that imported torch once, running
+``sandbox/forkserver.py``), made into what a sandbox of its own is before the submission runs; else, and where a kind
+mounts more of the course (the capstone), a sandbox is started for the submission alone.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import resource
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -165,6 +173,31 @@ def command(
 ) -> list:
     """The bwrap command line that runs the harness on one submission, with the environment ``env`` beside the
     sandbox's own (what a kind's child needs: exercise 14's Triton interpreter)."""
+    submission = ["--perms", "0777", "--size", str(PRIVATE_DIR_SIZE), "--tmpfs", "/submission"]
+    submission += ["--file", str(submission_fd), f"/submission/{submission_name}", "--chdir", "/submission"]
+    cmd = _sandbox(lib, submission, env)
+    if os.geteuid() == 0:
+        uid = str(sandbox_uid(slot))
+        cmd += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+    return cmd + [_python(), *child("/grader", result_fd)]
+
+
+def _python() -> str:
+    return os.path.join(sys.prefix, "bin", "python3")
+
+
+def _sandbox(lib: Path, submission: list, env: Mapping[str, str] | None = None) -> list:
+    """bwrap's arguments up to the command it runs: the mounts, the namespaces, the environment (the sandbox's own and
+    ``env``); ``submission``: what /submission is."""
     prefixes = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
     made: set = set()
     cmd = [
@@ -197,7 +230,6 @@ def command(
         cmd += _ro_bind_with_parents(prefix, made)
     if os.path.realpath(sys.prefix) != sys.prefix:  # the venv reached through a link
         cmd += _ro_bind_with_parents(sys.prefix, made)
-    python = os.path.join(sys.prefix, "bin", "python3")
     cmd += [
         "--ro-bind",
         str(lib),
@@ -212,17 +244,7 @@ def command(
         str(PRIVATE_DIR_SIZE),
         "--tmpfs",
         "/dev/shm",  # else unbounded
-        "--perms",
-        "0777",
-        "--size",
-        str(PRIVATE_DIR_SIZE),
-        "--tmpfs",
-        "/submission",
-        "--file",
-        str(submission_fd),
-        f"/submission/{submission_name}",
-        "--chdir",
-        "/submission",
+        *submission,
         "--clearenv",
         "--setenv",
         "PATH",
@@ -245,20 +267,7 @@ def command(
     ]
     for name, value in (env or {}).items():
         cmd += ["--setenv", name, value]
-    cmd.append("--")
-    if os.geteuid() == 0:
-        uid = str(sandbox_uid(slot))
-        cmd += [
-            "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-        ]
-    return cmd + [python, *child("/grader", result_fd)]
+    return cmd + ["--"]
 
 
 def sandbox_uid(slot: int) -> int:
@@ -334,7 +343,36 @@ def run(
     env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run the harness on ``submission`` with ``plan``, the course's subpackages ``mounts`` (their functions
-    ``withheld``) and the environment ``env`` added for the plan's kinds; the submission itself is only read."""
+    ``withheld``) and the environment ``env`` added for the plan's kinds; the submission itself is only read. In the
+    sandbox, a child of a fork server where one can be had and the kinds mount nothing more, else a sandbox started
+    for this submission alone."""
+    if sandboxed and not mounts and not withheld and fork_servers_wanted():
+        server = _servers.take()
+        if server is not None:
+            try:
+                outcome = server.run(submission, plan, timeout=timeout, env=env)
+            except ServerGone:  # the server itself failed (never the submission): this one is graded alone
+                server.close()
+            else:
+                _servers.give_back(server)
+                return outcome
+    return _run_alone(
+        submission, plan, timeout=timeout, slot=slot, sandboxed=sandboxed, mounts=mounts, withheld=withheld, env=env
+    )
+
+
+def _run_alone(
+    submission: Path,
+    plan: bytes,
+    *,
+    timeout: float,
+    slot: int,
+    sandboxed: bool,
+    mounts: Sequence[str],
+    withheld: Mapping[str, Mapping[str, str]] | None,
+    env: Mapping[str, str] | None,
+) -> Outcome:
+    """One process for this submission: a bubblewrap sandbox, or (trusted) a plain child process."""
     result_r, result_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="grade-lib-") as tmp, open(submission, "rb") as sub:
         lib = build_lib(Path(tmp) / "lib", mounts, withheld)
@@ -432,3 +470,278 @@ def _kill_group(proc):
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+# ------------------------------------------------------------------------------------------------------
+# fork servers: one sandbox per grading worker that has imported torch once, forking a child per submission
+
+SET_UP = b"ready"  # what a fork server's child says once it is made (sandbox/forkserver.py)
+FORK_ENV = "ATTN_GRADE_FORK"  # "0": every submission in a sandbox started for it alone (the path before fork servers)
+SERVER_START_TIMEOUT = 120.0  # seconds for a server to import torch and say it is ready (a loaded machine)
+
+
+def fork_servers_wanted() -> bool:
+    return os.environ.get(FORK_ENV, "1").strip() != "0" and sys.platform.startswith("linux")
+
+
+def _reader(stream, keep: int, limit: int | None = None) -> tuple[threading.Thread, list]:
+    sink: list[tuple[bytes, bool]] = []
+    thread = threading.Thread(target=_drain, args=(stream, keep, sink, limit), daemon=True)
+    thread.start()
+    return thread, sink
+
+
+class ServerGone(Exception):
+    """The fork server ended or stopped answering: its submission is graded the other way."""
+
+
+class ForkServer:
+    """One worker's fork server (``sandbox/forkserver.py`` in the sandbox of ``_sandbox``, as root with the
+    capabilities it needs to make each child's namespaces; each child drops them all before the harness runs).
+    ``run()`` grades one submission in a fresh child, with the same limits as a sandbox of its own: the child is put
+    in the submission's ``limits.Box`` before it may go on, killed with everything it started when it ends or its
+    time is up, and given its own temporary trees."""
+
+    def __init__(self, uid_slot: int):
+        # root: each server's children run as an unprivileged user of their own; otherwise, in the sandbox's user
+        # namespace, as the grader's user (as the harness does in a sandbox of its own)
+        self.uid = sandbox_uid(uid_slot) if os.geteuid() == 0 else os.getuid()
+        self._tmp = tempfile.TemporaryDirectory(prefix="grade-forkserver-")
+        lib = build_lib(Path(self._tmp.name) / "lib")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # each message with its sender's pid, ours
+        self.sock = ours
+        cmd = _sandbox(lib, ["--dir", "/submission", "--chdir", "/"])
+        if os.geteuid() != 0:  # the capabilities to make each child's namespaces, inside the sandbox's user namespace
+            cmd[-1:] = ["--cap-add", "ALL", "--"]
+        boot = "import sys; sys.path[0] = '/grader'; from sandbox.forkserver import main; main(int(sys.argv[1]))"
+        cmd += [_python(), "-E", "-s", "-c", boot, str(theirs.fileno())]
+        self._log = open(Path(self._tmp.name) / "server.log", "w+b")  # noqa: SIM115 - read if it fails to start
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self._tmp.name,
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(SERVER_START_TIMEOUT)
+        try:
+            ready = json.loads(ours.recv(1 << 16) or b"{}")
+        except (OSError, ValueError):
+            ready = {}
+        if "ready" not in ready:
+            self.close()
+            self._log.seek(0)
+            raise ServerGone(self._log.read()[-500:].decode("utf-8", "replace"))
+
+    def _host_pid(self, pid: int) -> int:
+        """The host's pid of the server's child ``pid`` (a pid in the sandbox's PID namespace)."""
+        for candidate in limits.descendants(self.proc.pid):
+            try:
+                with open(f"/proc/{candidate}/status") as fh:
+                    ns = next(line for line in fh if line.startswith("NSpid:")).split()[1:]
+            except (OSError, StopIteration):
+                continue
+            if len(ns) >= 2 and int(ns[-1]) == pid and candidate != self.proc.pid:
+                return candidate
+        raise ServerGone(f"no process {pid} in the server's sandbox")
+
+    def _ask(self, request: dict, fds: list[int]) -> int:
+        """Hand the server a submission's request: the child's pid on the host (the kernel's translation of the
+        credentials the child sent), or found through its pid in the sandbox where none came."""
+        self.sock.settimeout(30)
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+            message, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
+            answer = json.loads(message or b"{}")
+        except (OSError, ValueError) as exc:
+            raise ServerGone(str(exc)) from exc
+        if "pid" not in answer:
+            raise ServerGone(str(answer))
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+                host_pid = struct.unpack("3i", data[:12])[0]
+                if host_pid > 0:
+                    return host_pid
+        return self._host_pid(int(answer["pid"]))
+
+    def _status(self, timeout: float | None) -> int | None:
+        """The child's exit code, when the server says it ended within ``timeout`` seconds (else None)."""
+        self.sock.settimeout(timeout)
+        try:
+            answer = json.loads(self.sock.recv(1 << 16) or b"{}")
+        except TimeoutError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ServerGone(str(exc)) from exc
+        if "status" not in answer:
+            raise ServerGone(str(answer))
+        return int(answer["status"])
+
+    def _wait(self, host_pid: int, budget: float) -> int | None:
+        """The child's exit code, or None when it ran out of time: as for a sandbox of its own (``_wait``), a budget
+        of CPU time over the child's processes, and ``limits.WALL_FACTOR`` budgets of wall time as the backstop."""
+        if not os.path.isdir("/proc"):
+            return self._status(budget)
+        deadline = time.monotonic() + budget * limits.WALL_FACTOR
+        while True:
+            status = self._status(0.2)
+            if status is not None:
+                return status
+            if time.monotonic() > deadline or limits.tree_cpu_seconds(host_pid) > budget:
+                return None
+
+    def run(self, submission: Path, plan: bytes, *, timeout: float, env: Mapping[str, str] | None = None) -> Outcome:
+        """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's)."""
+        tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
+        nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks  # RLIMIT_NPROC counts the whole user's
+        request = {
+            "name": "submission" + submission.suffix,
+            "uid": self.uid,
+            "tmp_size": PRIVATE_DIR_SIZE,
+            "env": dict(env or {}),
+            "rlimits": {
+                "RLIMIT_AS": MEMORY_CAP,
+                "RLIMIT_CORE": 0,
+                "RLIMIT_FSIZE": MAX_FILE,
+                "RLIMIT_NOFILE": 256,
+                "RLIMIT_NPROC": nproc,
+            },
+        }
+        plan_r, plan_w = os.pipe()
+        result_r, result_w = os.pipe()
+        err_r, err_w = os.pipe()
+        go_r, go_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        box: limits.Box | None = limits.Box()
+        sub = open(submission, "rb")  # noqa: SIM115 - handed to the child, closed below
+        ours = [plan_w, result_r, err_r, go_w, ready_r]
+        try:
+            try:
+                host_pid = self._ask(request, [plan_r, result_w, err_w, sub.fileno(), go_r, ready_w])
+            finally:
+                for fd in (plan_r, result_w, err_w, go_r, ready_w):
+                    os.close(fd)
+                sub.close()
+            assert box is not None
+            box.enter(host_pid)  # before it goes on: everything it starts is the submission's
+            box.watch(host_pid)
+            os.write(go_w, b"g")
+            os.close(go_w)
+            ours.remove(go_w)
+            err_thread, errs = _reader(os.fdopen(err_r, "rb"), STDERR_TAIL)
+            ours.remove(err_r)
+            result_thread, results = _reader(os.fdopen(result_r, "rb"), 0, MAX_RESULT)
+            ours.remove(result_r)
+            try:
+                with os.fdopen(plan_w, "wb") as stdin:
+                    ours.remove(plan_w)
+                    stdin.write(plan)
+            except BrokenPipeError:
+                pass
+            status = self._wait(host_pid, timeout)
+            timed_out = status is None
+            if timed_out:
+                try:
+                    os.kill(host_pid, 9)  # its namespace's first process dies with it, and with that every process
+                except ProcessLookupError:
+                    pass
+                status = self._status(30)
+                if status is None:
+                    raise ServerGone("the server did not reap a killed child")
+            with os.fdopen(ready_r, "rb") as said:
+                ours.remove(ready_r)
+                made = said.read(len(SET_UP)) == SET_UP
+            usage, box = box.close(), None  # also kills what escaped (a cgroup holds every descendant)
+            for t in (err_thread, result_thread):
+                t.join(timeout=10)
+            if not made and not timed_out:  # the server could not make the child: nothing of the submission ran
+                _servers.cannot_make_children()
+                raise ServerGone("the child was not made: " + (errs[0][0] if errs else b"").decode("utf-8", "replace"))
+        finally:
+            for fd in ours:
+                os.close(fd)
+            if box is not None:
+                box.close()
+        stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
+        result, too_big = results[0] if results else (b"", False)
+        returncode = -9 if timed_out else status
+        return Outcome(returncode, result, stderr, timed_out, too_big, usage)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            self._log.close()
+            self._tmp.cleanup()
+
+
+class _Servers:
+    """The idle fork servers of this process, one taken per running grading (so one per batch worker)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[ForkServer] = []
+        self._count = 0
+        self._failed: str | None = None
+
+    def take(self) -> ForkServer | None:
+        if probe() is not None:
+            return None
+        with self._lock:
+            if self._failed is not None:
+                return None
+            while self._idle:
+                server = self._idle.pop()
+                if server.alive():
+                    return server
+                server.close()
+            self._count += 1
+            uid_slot = SLOTS_PER_GRADER - self._count  # from the top of this grader's uids, away from slot 0, 1...
+        try:
+            return ForkServer(uid_slot)
+        except (ServerGone, OSError) as exc:
+            with self._lock:
+                self._failed = str(exc) or type(exc).__name__
+            return None
+
+    def cannot_make_children(self) -> None:
+        """A server started but could not make a child (this host refuses a namespace or a mount): from now on,
+        every submission in a sandbox of its own."""
+        with self._lock:
+            self._failed = "the fork server cannot make children here"
+
+    def give_back(self, server: ForkServer) -> None:
+        with self._lock:
+            if server.alive():
+                self._idle.append(server)
+                return
+        server.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._count = self._idle, [], 0
+        for server in idle:
+            server.close()
+
+
+_servers = _Servers()
+
+
+def close_servers() -> None:
+    """End this process's idle fork servers (a batch does when it is done; they also die with this process)."""
+    _servers.close()

@@ -211,6 +211,11 @@ class Box:
                 os.close(fd)
 
     # ---------------------------------------------------------------------------------------- in the parent
+    def enter(self, pid: int):
+        """Put the process ``pid`` (not yet running the submission) in the cgroup: a fork server's child."""
+        for procs in self._procs:
+            _write(Path(procs), str(pid))
+
     def watch(self, pid: int):
         if self.kind == "rlimits" and os.path.isdir("/proc"):  # no /proc (macOS): the rlimits alone
             watchdog = threading.Thread(target=self._watch, args=(pid,), daemon=True)

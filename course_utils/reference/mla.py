@@ -132,6 +132,18 @@ class MultiHeadLatentAttention(nn.Module):
         q = self.W_query(xq).view(b, n, self.num_heads, self.head_dim + self.rope_dim).transpose(1, 2)
         return q.split([self.head_dim, self.rope_dim], dim=-1)  # (B, nh, n, hd), (B, nh, n, r)
 
+    def _project(self, x, positions, cache: LatentKVCache | None):
+        """The new tokens' queries (B, nh, n, hd) and rotated (B, nh, n, r), and all latents (B, N, dc) and rotated
+        shared keys (B, N, r) so far: the new ones at ``positions``, appended to ``cache`` when there is one."""
+        q_nope, q_rope = self._queries(x)
+        c_kv = self.W_dkv(x)  # (B, n, dc)
+        k_rope = self.W_kr(x)  # (B, n, r)
+        cos, sin = rope_cos_sin(positions, self.rope_dim, self.rope_base, dtype=x.dtype, device=x.device)
+        q_rope, k_rope = apply_rope(q_rope, cos, sin), apply_rope(k_rope, cos, sin)
+        if cache is not None:
+            c_kv, k_rope = cache.update(c_kv, k_rope)  # (B, N, dc), (B, N, r): what the cache holds
+        return q_nope, q_rope, c_kv, k_rope
+
     def absorbed_weights(self):
         """(W_uk per head (nh, hd, dc), W_uv per head (nh, hd, dc), out_proj folded with W_uv (d_out, nh, dc)).
 
@@ -156,19 +168,8 @@ class MultiHeadLatentAttention(nn.Module):
                 )
             )
 
-        q_nope, q_rope = self._queries(x)  # (B, nh, n, hd), (B, nh, n, r)
-        c_kv = self.W_dkv(x)  # (B, n, dc)
-        k_rope = self.W_kr(x)  # (B, n, r)
-        cos, sin = rope_cos_sin(
-            torch.arange(past_len, past_len + n, device=x.device),
-            self.rope_dim,
-            self.rope_base,
-            dtype=x.dtype,
-            device=x.device,
-        )
-        q_rope, k_rope = apply_rope(q_rope, cos, sin), apply_rope(k_rope, cos, sin)  # positions past_len ...
-        if cache is not None:
-            c_kv, k_rope = cache.update(c_kv, k_rope)  # (B, N, dc), (B, N, r): what the cache holds
+        positions = torch.arange(past_len, past_len + n, device=x.device)
+        q_nope, q_rope, c_kv, k_rope = self._project(x, positions, cache)
         num_keys = c_kv.shape[1]
 
         rope_scores = q_rope @ k_rope[:, None].transpose(-2, -1)  # (B, nh, n, N), one k_rope for every head

@@ -56,6 +56,34 @@ TINY = dict(
         split_chunk=8,
     ),
 )
+TINY["sparse"] = dict(
+    heads=4,
+    kv_heads=2,
+    head_dim=8,
+    index_heads=2,
+    index_dim=4,
+    top_k=5,
+    lengths=[4, 30],
+    dtype="float32",
+    atol=1e-5,
+    check_top_k=4,
+    repeats=1,
+    warmup=0,
+)
+TINY["kv_quant"] = dict(
+    batch=1,
+    kv_heads=2,
+    head_dim=8,
+    prompt_len=9,
+    steps=5,
+    group_size=4,
+    residual=4,
+    bits=[2, 4, 8],
+    dtype="float32",
+    atol=1e-5,
+    repeats=1,
+    warmup=0,
+)
 TINY_MODEL = dict(vocab_size=32, d_model=16, num_layers=2, num_heads=4, context_length=24)
 
 
@@ -200,6 +228,16 @@ def test_run_writes_json_with_required_keys(tmp_path):
     assert held["growing"]["bytes_held"]["10"] == 10 * 2 * 2 * 2 * 4 * 4
     assert ratios["growing_vs_ring_cache_bytes"] == 10 / 3
     assert report["long_context"]["max_abs_error"] < 1e-5
+    # notebook 17: the sparse step checked against SDPA, one ratio per context length; the quantised cache's bytes
+    for key in bench.SPARSE_RATIOS:
+        assert isinstance(ratios[key], float) and ratios[key] > 0, key
+    assert {"sparse_vs_dense_decode_time_4", "sparse_vs_dense_decode_time_30"} <= set(ratios)
+    assert report["sparse_decode"]["max_abs_error"] < 1e-5 and report["kv_quant"]["max_abs_error"] < 1e-5
+    held = report["kv_quant"]["results"]
+    assert held["float"]["bytes_held"] == 2 * 2 * 14 * 8 * 4  # K and V, 2 heads, 14 tokens, head_dim 8, float32
+    # 4 bits, 14 tokens: keys 12 quantised (3 groups of 4) + 2 full; values 10 quantised + 4 full
+    codes, stats = (12 + 10) * 2 * 8 * 4 // 8, (3 * 8 * 2 + 10 * 2 * 2) * 2 * 4
+    assert held["4bit"]["bytes_held"] == codes + stats + (2 + 4) * 2 * 8 * 4
 
 
 def test_ring_cache_benchmark_refuses_disagreeing_results(monkeypatch):
@@ -354,3 +392,21 @@ def test_context_parallel_benchmark_refuses_a_wrong_formula(monkeypatch):
     monkeypatch.setattr(context_parallel, "comm_bytes_per_rank", lambda *args, **kw: 1.0)
     with pytest.raises(AssertionError, match="the formula says 1.0"):
         context_parallel.bench_context_parallel_bytes(CONTEXT_PARALLEL, log=lambda *args: None)
+
+
+def test_sparse_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import sparse
+
+    # a selection that is not causal-aware: every query keeps the first top_k keys whatever their scores
+    monkeypatch.setattr(sparse, "selection_mask", lambda indices, n: torch.arange(n)[None, None] >= 1)
+    with pytest.raises(AssertionError, match="disagree"):
+        sparse.bench_sparse_decode(TINY, "cpu", log=lambda *args: None)
+
+
+def test_quantized_cache_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import sparse
+
+    real = sparse.kivi_quantize
+    monkeypatch.setattr(sparse, "kivi_quantize", lambda k, v, bits, g, r: real(k, v, bits, g, 2 * r))  # wrong window
+    with pytest.raises(AssertionError, match="disagrees"):
+        sparse.bench_quantized_cache(TINY, "cpu", log=lambda *args: None)

@@ -26,7 +26,7 @@ TOTALS = {  # how each README states the total: all, notebooks, exercises (hours
 def _minutes(rows) -> tuple[int, int]:
     notebooks = exercises = 0
     for row in rows:
-        notebook, exercise = map(int, re.findall(r"\d+", row[3]))
+        notebook, exercise = map(int, re.findall(r"\d+", row[2]))
         notebooks, exercises = notebooks + notebook, exercises + exercise
     return notebooks, exercises
 
@@ -57,12 +57,16 @@ def test_a_stated_number_of_notebooks_is_the_number_there_are(page):
 
 
 def test_make_setup_says_what_it_downloads_and_shows_pips_progress():
-    """The first `make setup` runs for minutes: each download step is announced with its size, and pip is not
-    silenced (-q) while it downloads."""
+    """The first `make setup` runs for minutes with pip: each download step is announced with its size, and the
+    installer (pip, or uv through the recipe's `install`) is not silenced (-q) while it downloads."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     for stamp in ("$(COURSE_STAMP):", "$(STAMP):"):
         recipe = makefile[makefile.index("\n" + stamp) :].split("\n\n")[0]
-        installs = [line for line in recipe.splitlines() if "pip install" in line and "echo" not in line]
+        installs = [
+            line
+            for line in recipe.splitlines()
+            if re.search(r"pip install|\binstall (-r|--index-url)", line) and "echo" not in line
+        ]
         assert installs, stamp
         for line in installs:
             if "--no-deps -e ." in line:  # the course's own folder: nothing to download

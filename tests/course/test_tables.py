@@ -26,15 +26,38 @@ def in_course_order() -> list:
 
 
 def number(ex) -> str:
-    """The exercise's number as the course writes it: its notebook's prefix ("07", "17a")."""
-    return ex.notebook.split("_", 1)[0]
+    """The exercise's number as the course writes it: its notebook's prefix ("07"), with a letter where a notebook
+    has several exercises ("17a", "17b", in the order of their notebooks)."""
+    prefix = ex.notebook.split("_", 1)[0]
+    siblings = [other for other in in_course_order() if other.notebook.split("_", 1)[0] == prefix]
+    return prefix + ("abcdefgh"[siblings.index(ex)] if len(siblings) > 1 else "")
+
+
+def numbers(exercises: list, lang: str) -> str:
+    """The exercises' numbers as a sentence names them: runs of whole numbers as a range ("8-15"), the others one by
+    one ("17a and 17b")."""
+    parts: list[str] = []
+    run: list[int] = []
+    for label in [number(ex).lstrip("0") for ex in exercises] + [""]:
+        if label.isdigit() and (not run or int(label) == run[-1] + 1):
+            run.append(int(label))
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}{'–' if lang == 'zh' else '-'}{run[-1]}")
+        run = [int(label)] if label.isdigit() else []
+        if label and not label.isdigit():
+            parts.append(label)
+    if lang == "zh":
+        return "、".join(parts[:-1]) + " 和 " + parts[-1] if len(parts) > 1 else parts[0]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
 
 def course_notebook(ex, lang: str = "en") -> Path:
     """The course's notebook the exercise practises (the one of the same number)."""
     folder = ROOT / "notebooks" / ("zh-CN" if lang == "zh" else "")
-    found = sorted(folder.glob(f"{number(ex)}_*.ipynb"))
-    assert found, f"exercise {ex.id}: no notebook {folder.relative_to(ROOT)}/{number(ex)}_*.ipynb to practise"
+    prefix = ex.notebook.split("_", 1)[0]
+    found = sorted(folder.glob(f"{prefix}_*.ipynb"))
+    assert found, f"exercise {ex.id}: no notebook {folder.relative_to(ROOT)}/{prefix}_*.ipynb to practise"
     return found[0]
 
 
@@ -116,7 +139,6 @@ def points_sentence(lang: str) -> str:
     assert len(set(follow_ups)) == 1, "the sentence says 'each of its follow-ups': give them one value, or reword it"
     total = sum(sum(check_cells(ex)) for ex in exercises)
     first, last = (number(ex).lstrip("0") for ex in (before[0], before[-1]))
-    a, b = (number(ex).lstrip("0") for ex in (after[0], after[-1]))
     points = [sum(check_cells(ex)) for ex in before]
     later = [sum(check_cells(ex)) for ex in after]
     if lang == "zh":
@@ -124,13 +146,13 @@ def points_sentence(lang: str) -> str:
         asked = f"{FOLLOW_UPS_ZH[len(follow_ups)]}道追问各 {follow_ups[0]} 分"
         return (
             f"练习 {first}–{last} 依次为 " + "、".join(map(str, points)) + f" 分；面试模式 {own + sum(follow_ups)} 分："
-            f"MHA {own} 分，{asked}；练习 {a}–{b} {tail}，共 {total} 分"
+            f"MHA {own} 分，{asked}；练习 {numbers(after, 'zh')} {tail}，共 {total} 分"
         )
     tail = f"{later[0]} each" if len(set(later)) == 1 else ", ".join(map(str, later))
     return (
         f"{total} in all: " + ", ".join(map(str, points)) + f", {own + sum(follow_ups)} for interview mode ({own} for "
         f"the MHA, {follow_ups[0]} for each of its {FOLLOW_UPS[len(follow_ups)]} follow-ups), and {tail} for "
-        f"exercises {a}-{b}"
+        f"exercises {numbers(after, 'en')}"
     )
 
 

@@ -18,7 +18,9 @@ import pytest
 
 from course_utils.grade.source import strip_magics
 from tests.grade.exercises.fixtures import FIXTURES
-from tests.grader_cases import implementations
+from tests.grader_cases import flash_triton, implementations
+from tests.grader_cases.held_out_styles import HONEST as HELD_OUT
+from tests.grader_cases.implementations import mutate
 from tests.grader_cases.interview_dialects import DIALECTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,8 @@ INTERVIEW_STYLES = {
         name: DIALECTS[name][0]
         for name in ("causal_self_attention", "nanogpt_config", "with_helpers", "multi_headed_attention")
     },
+    # q, k, v and o stacked in one (4, d, d) parameter, a dropout after the output projection as well
+    "stacked_qkvo": HELD_OUT["stacked_qkvo"][0],
 }
 
 
@@ -190,3 +194,35 @@ def test_exercise_14_without_triton_says_what_to_do(monkeypatch, folder):
     with pytest.raises(RuntimeError, match="Linux only") as raised:
         exec(compile("".join(setup["source"]), "<setup>", "exec"), {"__name__": "__main__"})
     assert "WSL" in str(raised.value) and "只提供 Linux" in str(raised.value) and raised.value.__cause__ is None
+
+
+FLASH = ROOT / "exercises" / "14_flash_triton.ipynb"
+_needs_triton = pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("triton") is None, reason="triton is not installed (Linux only)"
+)
+
+
+@_needs_triton
+def test_the_kernel_stub_names_the_function_the_learner_writes():
+    """The handed-out kernel raises NotImplementedError inside flash_kernel, launched by the given flash_attention:
+    the learner is told to write flash_kernel, the function their cell holds."""
+    printed, kernel = run_as_learner(FLASH, None)
+    assert "write flash_kernel" in printed and "flash_attention" not in printed, printed
+
+
+@_needs_triton
+@pytest.mark.parametrize(
+    "edits,said",
+    [
+        ({"STORE": "tl.store(o_ptrs, out.to(O.dtype.element_ty))"}, "stored without its mask"),  # past the output
+        ({"SCALE": "s = tl.dot(q, k) * scale"}, "tl.dot: input and other must have equal reduction dimensions"),
+    ],
+    ids=["store_without_mask", "dot_shapes"],
+)
+def test_a_kernel_mistake_is_told_in_the_notebooks_kernel_which_survives_it(edits, said):
+    """A store past the end of the output once corrupted the heap of the learner's own kernel ("double free or
+    corruption"): now it is stopped before it writes and named; a tl.dot on blocks that do not fit is said as tl.dot's,
+    at the kernel's line. The kernel (this process) goes on."""
+    printed, kernel = run_as_learner(FLASH, mutate(flash_triton.REFERENCE, edits))
+    assert not kernel["result"] and said in printed, printed
+    assert run_as_learner(FLASH, flash_triton.REFERENCE)[1]["result"]  # still alive, and grading

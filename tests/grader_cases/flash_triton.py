@@ -2,7 +2,7 @@
 correct kernels in other styles, a stub, and misconception mutants as line edits of the reference (``mutate``)."""
 
 # what the solution notebook gives before the learner's part (solutions/14_flash_triton.ipynb, cell "setup")
-SETUP = '''import math
+SETUP = """import math
 import os
 
 import torch
@@ -10,7 +10,7 @@ import torch
 os.environ["TRITON_INTERPRET"] = "1"  # graded in Triton's interpreter, on the CPU: set before any @triton.jit
 import triton
 import triton.language as tl
-'''
+"""
 
 # the launcher, given (cell "launch")
 LAUNCH = '''
@@ -26,7 +26,7 @@ def flash_attention(q, k, v, causal, block_m, block_n):
     return out, lse
 '''
 
-KERNEL_HEAD = '''
+KERNEL_HEAD = """
 @triton.jit
 def flash_kernel(Q, K, V, O, LSE, stride_b, stride_h, stride_t, stride_d, o_stride_b, o_stride_h, o_stride_t,
                  o_stride_d, num_heads, seq_len, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -40,16 +40,16 @@ def flash_kernel(Q, K, V, O, LSE, stride_b, stride_h, stride_t, stride_d, o_stri
     o_ptrs = O + (batch_head // num_heads) * o_stride_b + (batch_head % num_heads) * o_stride_h \\
         + rows[:, None] * o_stride_t + dims[None, :] * o_stride_d
     lse_ptrs = LSE + batch_head * seq_len + rows
-'''
+"""
 
 # the learner's part (cell "solution", between the nbgrader markers)
-BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
+BODY = """    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
     end = tl.minimum((block_m + 1) * BLOCK_M, seq_len) if CAUSAL else seq_len  #END
     for start in range(0, end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        kv_offsets = base + cols[:, None] * stride_t + dims[None, :] * stride_d
+        kv_offsets = base + cols[:, None] * stride_t + dims[None, :] * stride_d  #KV
         k = tl.load(K + kv_offsets, mask=cols[:, None] < seq_len, other=0.0)  #LOADK
         v = tl.load(V + kv_offsets, mask=cols[:, None] < seq_len, other=0.0)  #LOADV
         s = tl.dot(q, tl.trans(k)) * scale  #SCALE
@@ -57,16 +57,16 @@ BODY = '''    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  #MAX0
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])  #DIAG
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  #MAXNEW
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)  #SUM
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  #ACC
         m_i = m_new
     out = acc / l_i[:, None]  #OUT
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < seq_len)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < seq_len)  #STORE
     tl.store(lse_ptrs, m_i + tl.log(l_i), mask=rows < seq_len)  #LSE
-'''
+"""
 
 
 def kernel(body):
@@ -75,13 +75,13 @@ def kernel(body):
 
 REFERENCE = kernel(BODY)
 
-STUB = kernel('''    # YOUR CODE HERE
+STUB = kernel("""    # YOUR CODE HERE
     raise NotImplementedError("your code here")
-''')
+""")
 
 ALTERNATIVES = {
     # exp2 with log2(e) folded into the scale, as the course's kernel does; the lse converted back to natural log
-    "exp2_log2_units": kernel('''    LOG2E: tl.constexpr = 1.4426950408889634
+    "exp2_log2_units": kernel("""    LOG2E: tl.constexpr = 1.4426950408889634
     m_i = tl.zeros((BLOCK_M,), tl.float32) - float("inf")
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -106,10 +106,10 @@ ALTERNATIVES = {
         m_i = m_new
     tl.store(o_ptrs, acc / l_i[:, None], mask=rows[:, None] < seq_len)
     tl.store(lse_ptrs, (m_i + tl.log2(l_i)) / LOG2E, mask=rows < seq_len)
-'''),
+"""),
     # two loops, as FlashAttention-2's kernels do: whole blocks below the diagonal without a mask, then the
     # blocks that cross it with one; the scale applied to q once; the division as a multiply by 1 / l
-    "two_loops_scaled_q": kernel('''    q = q * scale
+    "two_loops_scaled_q": kernel("""    q = q * scale
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -138,7 +138,7 @@ ALTERNATIVES = {
     inv = 1.0 / l_i
     tl.store(o_ptrs, acc * inv[:, None], mask=rows[:, None] < seq_len)
     tl.store(lse_ptrs, m_i - tl.log(inv), mask=rows < seq_len)
-'''),
+"""),
 }
 
 # (expected diagnosis key, edits of the reference)
@@ -147,8 +147,14 @@ MUTANTS = [
     ("flash_sum_not_rescaled", {"SUM": "l_i = l_i + tl.sum(p, 1)"}),
     ("flash_max_started_at_zero", {"MAX0": "m_i = tl.zeros((BLOCK_M,), tl.float32)"}),
     ("flash_tail_read_without_mask", {"LOADK": "k = tl.load(K + kv_offsets)", "LOADV": "v = tl.load(V + kv_offsets)"}),
-    ("flash_tail_read_without_mask", {"LOADK": "k = tl.load(K + kv_offsets)", "LOADV": "v = tl.load(V + kv_offsets)",
-                                      "TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)"}),
+    (
+        "flash_tail_read_without_mask",
+        {
+            "LOADK": "k = tl.load(K + kv_offsets)",
+            "LOADV": "v = tl.load(V + kv_offsets)",
+            "TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)",
+        },
+    ),
     ("flash_tail_scores_not_hidden", {"TAIL": "visible = (cols[None, :] >= 0) & (rows[:, None] >= 0)"}),
     ("flash_diagonal_block_unmasked", {"DIAG": "pass"}),
     ("flash_causal_ignored", {"END": "end = seq_len", "DIAG": "pass"}),
@@ -156,6 +162,13 @@ MUTANTS = [
     ("flash_no_scale", {"SCALE": "s = tl.dot(q, tl.trans(k))"}),
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, m_i, mask=rows < seq_len)"}),
     ("flash_lse_stored_wrong", {"LSE": "tl.store(lse_ptrs, tl.log(l_i), mask=rows < seq_len)"}),
+    # the maximum of the first key block kept: right unless a later block scores far above it
+    ("flash_max_frozen_at_first_block", {"MAXNEW": "m_new = tl.maximum(m_i, tl.max(s, 1)) if start == 0 else m_i"}),
+    # K/V rows addressed as if HEAD_DIM apart: right only while the rows are contiguous
+    ("flash_rows_assumed_contiguous", {"KV": "kv_offsets = base + cols[:, None] * HEAD_DIM + dims[None, :]"}),
+    # the output stored without its mask: past the end of the tensor where the sequence has a tail
+    ("flash_store_without_mask", {"STORE": "tl.store(o_ptrs, out.to(O.dtype.element_ty))"}),
+    ("flash_store_without_mask", {"LSE": "tl.store(lse_ptrs, m_i + tl.log(l_i))"}),
 ]
 
 

@@ -7,7 +7,9 @@ whose mistakes must be named."""
 HEADER = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 
 # a fused projection, split as [q; k; v] rows then heads: (B, T, 3, H, D); argument names hidden/n_heads/block_size/p
-FUSED_3HD = HEADER + '''
+FUSED_3HD = (
+    HEADER
+    + """
 class SelfAttn(nn.Module):
     def __init__(self, hidden, n_heads, block_size, p=0.0, bias=False):
         super().__init__()
@@ -26,10 +28,13 @@ class SelfAttn(nn.Module):
         att = self.drop(att.softmax(dim=-1))
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         return self.merge(y)
-'''
+"""
+)
 
 # a fused projection interleaved per head: (B, T, H, 3, D), as Megatron and GPT-NeoX store it
-FUSED_H3D = HEADER + '''
+FUSED_H3D = (
+    HEADER
+    + """
 class Attention(nn.Module):
     def __init__(self, emb, heads, max_seq, attn_pdrop=0.0):
         super().__init__()
@@ -49,10 +54,13 @@ class Attention(nn.Module):
         w = self.attn_pdrop(F.softmax(s, dim=-1))
         o = torch.matmul(w, v).transpose(1, 2).contiguous().view(B, T, E)
         return self.fc_out(o)
-'''
+"""
+)
 
 # one module per head, concatenated (as the "let's build GPT" lecture writes it); constructor by lecture names
-PER_HEAD_MODULES = HEADER + '''
+PER_HEAD_MODULES = (
+    HEADER
+    + """
 class Head(nn.Module):
     def __init__(self, n_embd, head_size, block_size, dropout):
         super().__init__()
@@ -80,10 +88,13 @@ class MultiHead(nn.Module):
 
     def forward(self, x):
         return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
-'''
+"""
+)
 
 # raw matrices stored (d_in, d_out) and used as x @ W, einsum for the heads; argument names dim/heads/dim_head
-EINSUM_TRANSPOSED = HEADER + '''
+EINSUM_TRANSPOSED = (
+    HEADER
+    + """
 class MHSA(nn.Module):
     def __init__(self, dim, heads=8, dim_head=64, dropout=0.0):
         super().__init__()
@@ -106,10 +117,13 @@ class MHSA(nn.Module):
         attn = self.dropout(scores.softmax(-1))
         out = torch.einsum("bhij,bjhd->bihd", attn, v).reshape(b, n, -1)
         return out @ self.Wo + self.bo
-'''
+"""
+)
 
 # projections kept in an nn.ModuleDict; argument names width/num_attention_heads/max_len/attn_drop
-MODULE_DICT = HEADER + '''
+MODULE_DICT = (
+    HEADER
+    + """
 class CausalMHA(nn.Module):
     def __init__(self, width, num_attention_heads, max_len=128, attn_drop=0.1):
         super().__init__()
@@ -128,10 +142,13 @@ class CausalMHA(nn.Module):
         a = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5) + self.causal[:T, :T]
         a = self.attn_drop(torch.softmax(a, dim=-1))
         return self.lin["o"]((a @ v).transpose(1, 2).reshape(B, T, W))
-'''
+"""
+)
 
 # q/k/v in an nn.ModuleList, the output layer inside an nn.Sequential; constructor (d, h, ctx, p)
-SEQUENTIAL_OUT = HEADER + '''
+SEQUENTIAL_OUT = (
+    HEADER
+    + """
 class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d, h, ctx, p):
         super().__init__()
@@ -150,10 +167,13 @@ class MultiHeadSelfAttention(nn.Module):
         probs = F.dropout(F.softmax(logits, dim=-1), p=self.p, training=self.training)
         ctxv = (probs @ v).permute(0, 2, 1, 3).reshape(B, L, D)
         return self.out(ctxv)
-'''
+"""
+)
 
 # per-head parameter tensors (H, d_model, d_head) and (H, d_head, d_model), einsum throughout
-PER_HEAD_PARAMETERS = HEADER + '''
+PER_HEAD_PARAMETERS = (
+    HEADER
+    + """
 class MultiHeadAttn(nn.Module):
     def __init__(self, d_model, n_head, dropout=0.0):
         super().__init__()
@@ -175,10 +195,13 @@ class MultiHeadAttn(nn.Module):
         pattern = self.attn_dropout(scores.softmax(dim=-1))
         z = torch.einsum("bhqk,bhkd->bhqd", pattern, v)
         return torch.einsum("bhqd,hdm->bqm", z, self.W_O) + self.b_O
-'''
+"""
+)
 
 # projections inside a nested helper module with one-letter names; constructor (emb, heads, ctx, p)
-NESTED = HEADER + '''
+NESTED = (
+    HEADER
+    + """
 class Projections(nn.Module):
     def __init__(self, emb, bias):
         super().__init__()
@@ -205,10 +228,13 @@ class Block(nn.Module):
         w = w + torch.full((T, T), float("-inf"), device=x.device).triu(1)
         w = self.dp(w.softmax(-1))
         return self.o((w @ v).transpose(1, 2).contiguous().view(B, T, E))
-'''
+"""
+)
 
 # separate projections with uncommon names, and the argument names of an attention library (dim, heads, dim_head)
-TO_Q_K_V = HEADER + '''
+TO_Q_K_V = (
+    HEADER
+    + """
 class Attend(nn.Module):
     def __init__(self, dim, heads=4, dim_head=16, dropout=0.0, block_size=1024):
         super().__init__()
@@ -230,9 +256,83 @@ class Attend(nn.Module):
         attn = self.dropout(dots.softmax(dim=-1))
         out = torch.matmul(attn, v).transpose(1, 2).reshape(b, n, -1)
         return self.toOut(out)
-'''
+"""
+)
+
+# q, k and v stacked along a leading axis of one raw parameter, each piece used as x @ W[i]
+STACKED_XW = (
+    HEADER
+    + """
+class Attn(nn.Module):
+    def __init__(self, width, n_heads, p_drop=0.0):
+        super().__init__()
+        self.nh = n_heads
+        self.w_in = nn.Parameter(torch.randn(3, width, width) / width ** 0.5)
+        self.w_out = nn.Linear(width, width)
+        self.p_drop = p_drop
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (torch.matmul(x, self.w_in[i]).view(B, T, self.nh, -1).transpose(1, 2) for i in range(3))
+        s = q @ k.transpose(-2, -1) / math.sqrt(C // self.nh)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        a = F.dropout(s.softmax(-1), self.p_drop, self.training)
+        return self.w_out((a @ v).transpose(1, 2).reshape(B, T, C))
+"""
+)
+
+# q, k, v and the output projection in one (4, d, d) parameter with a (4, d) bias, applied with F.linear; dropout
+# on the attention weights and after the output projection (a to_out of Linear and Dropout, as lucidrains writes)
+STACKED_QKVO = (
+    HEADER
+    + """
+class QKVO(nn.Module):
+    def __init__(self, d, heads, drop=0.0):
+        super().__init__()
+        self.heads = heads
+        self.W = nn.Parameter(torch.empty(4, d, d).uniform_(-d ** -0.5, d ** -0.5))
+        self.b = nn.Parameter(torch.zeros(4, d))
+        self.attn_drop = nn.Dropout(drop)
+        self.out_drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        h = lambda t: t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
+        q, k, v = (h(F.linear(x, self.W[i], self.b[i])) for i in range(3))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D // self.heads)
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = self.attn_drop(att.softmax(-1)) @ v
+        return self.out_drop(F.linear(y.transpose(1, 2).reshape(B, T, D), self.W[3], self.b[3]))
+"""
+)
+
+# dropout on the attention weights and on the output projection's result, whatever the dropouts are called
+TO_OUT_DROPOUT = (
+    HEADER
+    + """
+class Attention(nn.Module):
+    def __init__(self, dim, heads=8, dim_head=64, dropout=0.0):
+        super().__init__()
+        inner = heads * dim_head
+        self.heads = heads
+        self.to_qkv = nn.Linear(dim, 3 * inner, bias=False)
+        self.attend_drop = nn.Dropout(dropout)
+        self.to_out = nn.Sequential(nn.Linear(inner, dim), nn.Dropout(dropout))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (t.reshape(b, n, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, dim=-1))
+        dots = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        dots = dots.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        out = (self.attend_drop(dots.softmax(-1)) @ v).transpose(1, 2).reshape(b, n, -1)
+        return self.to_out(out)
+"""
+)
 
 HONEST = {
+    "stacked_xw": (STACKED_XW, "Attn"),
+    "stacked_qkvo": (STACKED_QKVO, "QKVO"),
+    "to_out_dropout": (TO_OUT_DROPOUT, "Attention"),
     "fused_3hd": (FUSED_3HD, "SelfAttn"),
     "fused_h3d": (FUSED_H3D, "Attention"),
     "per_head_modules": (PER_HEAD_MODULES, "MultiHead"),
@@ -252,7 +352,14 @@ SOFTMAX_WRONG_AXIS = PER_HEAD_PARAMETERS.replace("scores.softmax(dim=-1)", "scor
 HEADS_MERGED_WRONG = MODULE_DICT.replace("(a @ v).transpose(1, 2).reshape(B, T, W)", "(a @ v).reshape(B, T, W)")
 NO_MASK = EINSUM_TRANSPOSED.replace('        scores = scores.masked_fill(~causal, float("-inf"))\n', "")
 
+MASK_TRANSPOSED = STACKED_XW.replace(
+    "torch.ones(T, T, dtype=torch.bool).triu(1)", "torch.ones(T, T, dtype=torch.bool).tril(-1)"
+)
+OUTPUT_DROPOUT_ONLY = TO_OUT_DROPOUT.replace("self.attend_drop(dots.softmax(-1))", "dots.softmax(-1)")
+
 WRONG = {
+    "mask_transposed": (MASK_TRANSPOSED, "Attn"),
+    "output_dropout_only": (OUTPUT_DROPOUT_ONLY, "Attention"),
     "no_scale": (NO_SCALE, "SelfAttn"),
     "softmax_wrong_axis": (SOFTMAX_WRONG_AXIS, "MultiHeadAttn"),
     "heads_merged_wrong": (HEADS_MERGED_WRONG, "CausalMHA"),

@@ -3,13 +3,16 @@ alternative correct implementations, stubs, and misconception mutants as line ed
 
 ``mutate(REFERENCE[ex], {"TAG": "new line"})`` replaces the code of the line tagged ``#TAG``.
 """
+
 import re
 
 from tests.grader_cases.interview_dialects import DIALECTS as _DIALECTS
 
 HEADER = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
 
-SELF_ATTENTION = HEADER + '''
+SELF_ATTENTION = (
+    HEADER
+    + """
 class SelfAttention_v2(nn.Module):
     def __init__(self, d_in, d_out, qkv_bias=False):
         super().__init__()
@@ -26,9 +29,12 @@ class SelfAttention_v2(nn.Module):
         scores = scores  #MASK
         w = torch.softmax(scores, dim=-1)  #SOFTMAX
         return w @ v
-'''
+"""
+)
 
-CAUSAL = HEADER + '''
+CAUSAL = (
+    HEADER
+    + """
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
         super().__init__()
@@ -49,9 +55,12 @@ class CausalAttention(nn.Module):
         w = torch.softmax(scores, dim=-1)  #SOFTMAX
         w = self.dropout(w)  #DROPOUT
         return w @ v
-'''
+"""
+)
 
-WRAPPER = CAUSAL + '''
+WRAPPER = (
+    CAUSAL
+    + """
 
 class MultiHeadAttentionWrapper(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -62,9 +71,12 @@ class MultiHeadAttentionWrapper(nn.Module):
     def forward(self, x):
         outs = [head(x) for head in self.heads]  #HEADS
         return torch.cat(outs, dim=-1)  #CAT
-'''
+"""
+)
 
-MHA = HEADER + '''
+MHA = (
+    HEADER
+    + """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
         super().__init__()
@@ -92,9 +104,12 @@ class MultiHeadAttention(nn.Module):
         w = self.dropout(w)  #DROPOUT
         ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out)  #MERGE
         return self.out_proj(ctx)  #OUT
-'''
+"""
+)
 
-KV_CACHE = HEADER + '''
+KV_CACHE = (
+    HEADER
+    + """
 class CachedMultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
         super().__init__()
@@ -123,9 +138,12 @@ class CachedMultiHeadAttention(nn.Module):
         w = self.dropout(torch.softmax(scores, dim=-1))
         ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out)  #MERGE
         return self.out_proj(ctx), present  #OUT
-'''
+"""
+)
 
-GQA = HEADER + '''
+GQA = (
+    HEADER
+    + """
 class GroupedQueryAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False):
         super().__init__()
@@ -151,10 +169,18 @@ class GroupedQueryAttention(nn.Module):
         w = self.dropout(torch.softmax(scores, dim=-1))  #SOFTMAX
         ctx = (w @ v).transpose(1, 2).reshape(b, n, self.d_out)  #MERGE
         return self.out_proj(ctx)  #OUT
-'''
+"""
+)
 
-REFERENCE = {"self_attention": SELF_ATTENTION, "causal": CAUSAL, "wrapper": WRAPPER, "mha": MHA,
-             "mha_interview": MHA, "kv_cache": KV_CACHE, "gqa": GQA}
+REFERENCE = {
+    "self_attention": SELF_ATTENTION,
+    "causal": CAUSAL,
+    "wrapper": WRAPPER,
+    "mha": MHA,
+    "mha_interview": MHA,
+    "kv_cache": KV_CACHE,
+    "gqa": GQA,
+}
 
 
 def mutate(src, edits):
@@ -168,8 +194,11 @@ def mutate(src, edits):
 
 # --- alternative correct implementations -------------------------------------------------------------
 
+
 def _mha_like(forward_body, extra_init="", name="MultiHeadAttention"):
-    return HEADER + f'''
+    return (
+        HEADER
+        + f"""
 class {name}(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
         super().__init__()
@@ -183,10 +212,11 @@ class {name}(nn.Module):
 
     def forward(self, x):
 {forward_body}
-'''
+"""
+    )
 
 
-MHA_EINSUM = _mha_like('''        b, t, _ = x.shape
+MHA_EINSUM = _mha_like("""        b, t, _ = x.shape
         q = self.W_query(x).reshape(b, t, self.h, self.hs)
         k = self.W_key(x).reshape(b, t, self.h, self.hs)
         v = self.W_value(x).reshape(b, t, self.h, self.hs)
@@ -194,15 +224,15 @@ MHA_EINSUM = _mha_like('''        b, t, _ = x.shape
         allow = torch.ones(t, t, dtype=torch.bool).tril()
         s = torch.where(allow, s, torch.tensor(-1e9))
         w = self.drop(s.softmax(-1))
-        return self.out_proj(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, t, self.d_out))''')
+        return self.out_proj(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, t, self.d_out))""")
 
-MHA_SDPA = _mha_like('''        b, t, _ = x.shape
+MHA_SDPA = _mha_like("""        b, t, _ = x.shape
         q, k, v = (lin(x).view(b, t, self.h, self.hs).permute(0, 2, 1, 3)
                    for lin in (self.W_query, self.W_key, self.W_value))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
-        return self.out_proj(y.permute(0, 2, 1, 3).flatten(2))''')
+        return self.out_proj(y.permute(0, 2, 1, 3).flatten(2))""")
 
-MHA_LOOP = _mha_like('''        b, t, _ = x.shape
+MHA_LOOP = _mha_like("""        b, t, _ = x.shape
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         future = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)  # additive mask
         heads = []
@@ -210,71 +240,109 @@ MHA_LOOP = _mha_like('''        b, t, _ = x.shape
             sl = slice(i * self.hs, (i + 1) * self.hs)
             s = q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(self.hs) + future
             heads.append(self.drop(torch.softmax(s, dim=-1)) @ v[..., sl])
-        return self.out_proj(torch.cat(heads, dim=-1))''')
+        return self.out_proj(torch.cat(heads, dim=-1))""")
 
-MHA_BUFFER_NAME = _mha_like('''        b, t, _ = x.shape
+MHA_BUFFER_NAME = _mha_like(
+    """        b, t, _ = x.shape
         q = self.W_query(x).unflatten(-1, (self.h, self.hs)).transpose(1, 2)
         k = self.W_key(x).unflatten(-1, (self.h, self.hs)).transpose(1, 2)
         v = self.W_value(x).unflatten(-1, (self.h, self.hs)).transpose(1, 2)
         s = (q / math.sqrt(self.hs)) @ k.mT
         s = s.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
         y = self.drop(F.softmax(s, dim=-1)) @ v
-        return self.out_proj(y.transpose(1, 2).contiguous().view(b, t, self.d_out))''',
-    extra_init='''
+        return self.out_proj(y.transpose(1, 2).contiguous().view(b, t, self.d_out))""",
+    extra_init="""
         self.register_buffer("bias", torch.tril(torch.ones(context_length, context_length))
-                             .view(1, 1, context_length, context_length))''')
+                             .view(1, 1, context_length, context_length))""",
+)
 
 ALTERNATIVES = {
     "mha": {"einsum_1e9": MHA_EINSUM, "sdpa": MHA_SDPA, "loop_additive": MHA_LOOP, "nanogpt_buffer": MHA_BUFFER_NAME},
     "mha_interview": {"einsum_1e9": MHA_EINSUM, "loop_additive": MHA_LOOP, "nanogpt_buffer": MHA_BUFFER_NAME},
     "self_attention": {
-        "einsum": mutate(SELF_ATTENTION, {"SCALE": 'scores = torch.einsum("...qd,...kd->...qk", q, k) / k.shape[-1] ** 0.5'}),
+        "einsum": mutate(
+            SELF_ATTENTION, {"SCALE": 'scores = torch.einsum("...qd,...kd->...qk", q, k) / k.shape[-1] ** 0.5'}
+        ),
         "sdpa": mutate(SELF_ATTENTION, {"SOFTMAX": "return F.scaled_dot_product_attention(q, k, v)"}),
         "scaled_query": mutate(SELF_ATTENTION, {"SCALE": "scores = (q * k.shape[-1] ** -0.5) @ k.mT"}),
     },
     "causal": {
-        "sdpa": mutate(CAUSAL, {"SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True, "
-                                          "dropout_p=self.dropout.p if self.training else 0.0)"}),
-        "minus_1e9_no_buffer": mutate(CAUSAL, {"MASK": "hide = torch.ones(n, n).triu(1) == 1",
-                                               "FILL": "scores = scores.masked_fill(hide, -1e9)"}),
+        "sdpa": mutate(
+            CAUSAL,
+            {
+                "SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+                "dropout_p=self.dropout.p if self.training else 0.0)"
+            },
+        ),
+        "minus_1e9_no_buffer": mutate(
+            CAUSAL, {"MASK": "hide = torch.ones(n, n).triu(1) == 1", "FILL": "scores = scores.masked_fill(hide, -1e9)"}
+        ),
         "additive": mutate(CAUSAL, {"FILL": "scores = scores + torch.zeros(n, n).masked_fill(hide, float('-inf'))"}),
     },
     "wrapper": {
-        "loop": mutate(WRAPPER, {"HEADS": "outs = []\n        for head in self.heads:\n            outs.append(head(x))"}),
+        "loop": mutate(
+            WRAPPER, {"HEADS": "outs = []\n        for head in self.heads:\n            outs.append(head(x))"}
+        ),
         "stack": mutate(WRAPPER, {"CAT": "return torch.stack(outs, dim=2).flatten(2)"}),
-        "sdpa_heads": mutate(WRAPPER, {"SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True, "
-                                                "dropout_p=self.dropout.p if self.training else 0.0)"}),
+        "sdpa_heads": mutate(
+            WRAPPER,
+            {
+                "SCALE": "return F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+                "dropout_p=self.dropout.p if self.training else 0.0)"
+            },
+        ),
     },
     "kv_cache": {
-        "allow_mask_sdpa": mutate(KV_CACHE, {
-            "SCALE": "allow = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)",
-            "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allow, "
-                    "dropout_p=self.dropout.p if self.training else 0.0)",
-            "FILL": "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present"}),
+        "allow_mask_sdpa": mutate(
+            KV_CACHE,
+            {
+                "SCALE": "allow = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)",
+                "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allow, "
+                "dropout_p=self.dropout.p if self.training else 0.0)",
+                "FILL": "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present",
+            },
+        ),
         "minus_1e9": mutate(KV_CACHE, {"FILL": "scores = scores.masked_fill(hide, -1e9)"}),
-        "arange_mask": mutate(KV_CACHE, {
-            "MASK": "hide = torch.arange(past + n)[None, :] > torch.arange(past, past + n)[:, None]"}),
+        "arange_mask": mutate(
+            KV_CACHE, {"MASK": "hide = torch.arange(past + n)[None, :] > torch.arange(past, past + n)[:, None]"}
+        ),
     },
     "gqa": {
-        "expand": mutate(GQA, {
-            "REPK": "k = k[:, :, None].expand(b, self.num_kv_groups, self.group, n, self.head_dim).reshape(b, self.num_heads, n, self.head_dim)",
-            "REPV": "v = v[:, :, None].expand(b, self.num_kv_groups, self.group, n, self.head_dim).reshape(b, self.num_heads, n, self.head_dim)"}),
-        "sdpa_enable_gqa": mutate(GQA, {
-            "REPK": "pass", "REPV": "pass",
-            "SCALE": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.group > 1, "
-                     "dropout_p=self.dropout.p if self.training else 0.0)",
-            "FILL": "pass", "SOFTMAX": "pass",
-            "MERGE": "ctx = ctx.transpose(1, 2).reshape(b, n, self.d_out)"}),
-        "index_select": mutate(GQA, {
-            "REPK": "idx = torch.arange(self.num_heads) // self.group; k = k[:, idx]",
-            "REPV": "v = v[:, idx]",
-            "FILL": "scores = scores.masked_fill(self.mask[:n, :n] == 1, -1e9)"}),
+        "expand": mutate(
+            GQA,
+            {
+                "REPK": "k = k[:, :, None].expand(b, self.num_kv_groups, self.group, n, self.head_dim).reshape(b, self.num_heads, n, self.head_dim)",
+                "REPV": "v = v[:, :, None].expand(b, self.num_kv_groups, self.group, n, self.head_dim).reshape(b, self.num_heads, n, self.head_dim)",
+            },
+        ),
+        "sdpa_enable_gqa": mutate(
+            GQA,
+            {
+                "REPK": "pass",
+                "REPV": "pass",
+                "SCALE": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.group > 1, "
+                "dropout_p=self.dropout.p if self.training else 0.0)",
+                "FILL": "pass",
+                "SOFTMAX": "pass",
+                "MERGE": "ctx = ctx.transpose(1, 2).reshape(b, n, self.d_out)",
+            },
+        ),
+        "index_select": mutate(
+            GQA,
+            {
+                "REPK": "idx = torch.arange(self.num_heads) // self.group; k = k[:, idx]",
+                "REPV": "v = v[:, idx]",
+                "FILL": "scores = scores.masked_fill(self.mask[:n, :n] == 1, -1e9)",
+            },
+        ),
     },
 }
 
 # --- stubs ------------------------------------------------------------------------------------------
 
-STUB_FORWARD = HEADER + '''
+STUB_FORWARD = (
+    HEADER
+    + """
 class {name}(nn.Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -282,14 +350,18 @@ class {name}(nn.Module):
     def forward(self, x, *args, **kwargs):
         # YOUR CODE HERE
         raise NotImplementedError()
-'''
-STUB_INIT = HEADER + '''
+"""
+)
+STUB_INIT = (
+    HEADER
+    + """
 class {name}(nn.Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
         # YOUR CODE HERE
         raise NotImplementedError()
-'''
+"""
+)
 
 # --- misconception mutants: (expected diagnosis key, edits of the reference) --------------------------
 
@@ -303,10 +375,23 @@ _MHA_MUTANTS = [
     ("mask_inverted", {"MASK": "hide = self.mask[:n, :n] == 0"}),
     ("mask_inverted", {"MASK": "hide = self.mask[:n, :n] == 0", "FILL": "scores = scores.masked_fill(hide, -1e9)"}),
     ("mask_zero_fill", {"FILL": "scores = scores.masked_fill(hide, 0)"}),
+    ("mask_transposed", {"MASK": "hide = self.mask.bool()[:n, :n].T"}),
+    (
+        "mask_transposed",
+        {
+            "MASK": "hide = torch.tril(torch.ones(n, n), diagonal=-1).bool()",
+            "FILL": "scores = scores.masked_fill(hide, -1e9)",
+        },
+    ),
     ("mask_after_softmax", {"FILL": "pass", "DROPOUT": "w = self.dropout(w.masked_fill(hide, 0.0))"}),
     ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n), diagonal=0).bool()"}),
-    ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n), diagonal=0).bool()",
-                         "FILL": "scores = scores.masked_fill(hide, -1e9)"}),
+    (
+        "diagonal_masked",
+        {
+            "MASK": "hide = torch.triu(torch.ones(n, n), diagonal=0).bool()",
+            "FILL": "scores = scores.masked_fill(hide, -1e9)",
+        },
+    ),
     ("no_causal_mask", {"FILL": "pass"}),
     ("mask_not_sliced", {"MASK": "hide = self.mask.bool()"}),
     ("split_no_transpose", {"SPLIT": "return t.view(b, self.num_heads, n, self.head_dim)"}),
@@ -317,20 +402,31 @@ _MHA_MUTANTS = [
     ("dropout_in_eval", {"DROPOUT": "w = F.dropout(w, 0.5, training=True)"}),
     # the deeper checks: training mode, gradients, large scores, two mistakes at once
     ("dropout_ignored", {"DROPOUT": "w = w"}),
-    ("dropout_on_scores", {"FILL": "scores = self.dropout(scores).masked_fill(hide, -torch.inf)",
-                           "DROPOUT": "w = w"}),
+    ("dropout_on_scores", {"FILL": "scores = self.dropout(scores).masked_fill(hide, -torch.inf)", "DROPOUT": "w = w"}),
     ("dropout_on_output", {"DROPOUT": "w = w", "OUT": "return self.dropout(self.out_proj(ctx))"}),
     ("dropout_wrong", {"DROPOUT": "w = F.dropout(w, 0.1, training=self.training)"}),
-    ("grad_detached_kv", {"KEYS": "k = self.split(self.W_key(x), b, n).detach()",
-                          "VALUES": "v = self.split(self.W_value(x), b, n).detach()"}),
+    (
+        "grad_detached_kv",
+        {
+            "KEYS": "k = self.split(self.W_key(x), b, n).detach()",
+            "VALUES": "v = self.split(self.W_value(x), b, n).detach()",
+        },
+    ),
     ("grad_detached_weights", {"SOFTMAX": "w = torch.from_numpy(torch.softmax(scores, dim=-1).detach().numpy())"}),
     ("grad_leaves_autograd", {"SOFTMAX": "w = torch.from_numpy(torch.softmax(scores, dim=-1).numpy())"}),
     ("grad_none", {"OUT": "return self.out_proj(ctx).detach()"}),
     ("softmax_overflow", {"SOFTMAX": "w = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"}),
-    ("split_merge_no_transpose", {"SPLIT": "return t.view(b, self.num_heads, n, self.head_dim)",
-                                  "MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
-    ("scale_d_out+no_out_proj", {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)",
-                                 "OUT": "return ctx"}),
+    (
+        "split_merge_no_transpose",
+        {
+            "SPLIT": "return t.view(b, self.num_heads, n, self.head_dim)",
+            "MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)",
+        },
+    ),
+    (
+        "scale_d_out+no_out_proj",
+        {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)", "OUT": "return ctx"},
+    ),
 ]
 
 MUTANTS = {
@@ -341,10 +437,14 @@ MUTANTS = {
         ("softmax_wrong_axis", {"SOFTMAX": "w = torch.softmax(scores, dim=-2)"}),
         ("keys_from_query", {"KEYS": "k = self.W_query(x)"}),
         ("scale_no_sqrt", {"SCALE": "scores = q @ k.transpose(-2, -1) / k.shape[-1]"}),
-        ("causal_in_self_attention", {"MASK": "scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), -torch.inf)"}),
+        (
+            "causal_in_self_attention",
+            {"MASK": "scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), -torch.inf)"},
+        ),
     ],
     "causal": [
         ("mask_inverted", {"MASK": "hide = self.mask.bool()[:n, :n] == 0"}),
+        ("mask_transposed", {"MASK": "hide = torch.ones(n, n, dtype=torch.bool).tril(-1)  # meant: the future"}),
         ("mask_zero_fill", {"FILL": "scores = scores.masked_fill(hide, 0.0)"}),
         ("mask_after_softmax", {"FILL": "pass", "DROPOUT": "w = self.dropout(w * ~hide)"}),
         ("diagonal_masked", {"MASK": "hide = torch.triu(torch.ones(n, n, dtype=torch.bool))"}),
@@ -362,26 +462,50 @@ MUTANTS = {
     ],
     "kv_cache": [
         ("mask_top_left", {"MASK": "hide = self.mask.bool()[:n, :past + n]"}),
-        ("mask_top_left", {"SCALE": "pass", "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
-                           "FILL": "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present"}),
+        (
+            "mask_top_left",
+            {
+                "SCALE": "pass",
+                "MASK": "ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                "FILL": "return self.out_proj(ctx.transpose(1, 2).reshape(b, n, self.d_out)), present",
+            },
+        ),
         ("mask_only_without_cache", {"FILL": "scores = scores.masked_fill(hide, -torch.inf) if past == 0 else scores"}),
         ("mask_square_slice", {"MASK": "hide = self.mask.bool()[:n, :n]"}),
-        ("cache_wrong_axis", {"CATK": "k = torch.cat([past_key_value[0], k], dim=1)",
-                              "CATV": "v = torch.cat([past_key_value[1], v], dim=1)"}),
+        (
+            "cache_wrong_axis",
+            {
+                "CATK": "k = torch.cat([past_key_value[0], k], dim=1)",
+                "CATV": "v = torch.cat([past_key_value[1], v], dim=1)",
+            },
+        ),
         ("cache_only_new", {"PRESENT": "present = (k[:, :, past:], v[:, :, past:]) if use_cache else None"}),
-        ("cache_not_updated", {"PRESENT": "present = (past_key_value if past_key_value is not None else (k, v)) if use_cache else None"}),
+        (
+            "cache_not_updated",
+            {"PRESENT": "present = (past_key_value if past_key_value is not None else (k, v)) if use_cache else None"},
+        ),
         ("merge_no_transpose", {"MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
-        ("cache_ignores_past", {  # keeps its own K/V inside the module and ignores what past_key_value holds
-            "CATK": "pass", "CATV": "pass",
-            "PRESENT": "own = getattr(self, 'own', None) if past_key_value is not None else None; "
-                       "k, v = (torch.cat([own[0], k], 2), torch.cat([own[1], v], 2)) if own is not None else (k, v); "
-                       "past = k.shape[2] - n; present = (k, v) if use_cache else None; "
-                       "self.own = present if use_cache else None"}),
+        (
+            "cache_ignores_past",
+            {  # keeps its own K/V inside the module and ignores what past_key_value holds
+                "CATK": "pass",
+                "CATV": "pass",
+                "PRESENT": "own = getattr(self, 'own', None) if past_key_value is not None else None; "
+                "k, v = (torch.cat([own[0], k], 2), torch.cat([own[1], v], 2)) if own is not None else (k, v); "
+                "past = k.shape[2] - n; present = (k, v) if use_cache else None; "
+                "self.own = present if use_cache else None",
+            },
+        ),
     ],
     "gqa": [
         ("kv_tiled", {"REPK": "k = k.repeat(1, self.group, 1, 1)", "REPV": "v = v.repeat(1, self.group, 1, 1)"}),
-        ("kv_one_group", {"REPK": "k = k[:, :1].expand(-1, self.num_heads, -1, -1)",
-                          "REPV": "v = v[:, :1].expand(-1, self.num_heads, -1, -1)"}),
+        (
+            "kv_one_group",
+            {
+                "REPK": "k = k[:, :1].expand(-1, self.num_heads, -1, -1)",
+                "REPV": "v = v[:, :1].expand(-1, self.num_heads, -1, -1)",
+            },
+        ),
         ("scale_d_out", {"SCALE": "scores = q @ k.transpose(2, 3) / math.sqrt(self.d_out)"}),
         ("merge_no_transpose", {"MERGE": "ctx = (w @ v).reshape(b, n, self.d_out)"}),
         ("no_out_proj", {"OUT": "return ctx"}),

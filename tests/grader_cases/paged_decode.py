@@ -2,10 +2,13 @@
 correct implementations in other styles, a stub, and misconception mutants as line edits of the reference
 (``mutate`` from implementations.py). The diagnosis keys are those of the reference's own mutants in
 tests/grader_cases/serving.py where the mistake is the same."""
+
 from tests.grader_cases.implementations import HEADER, mutate
 
 # the solution notebook's code (solutions/13_paged_decode.ipynb), tagged for the mutants
-PAGED_DECODE = HEADER + '''
+PAGED_DECODE = (
+    HEADER
+    + '''
 def merge_partials(outs, lses):
     """outs (S, ..., d): each chunk's normalised output; lses (S, ...): each chunk's log-sum-exp."""
     m = lses.amax(dim=0)  #MAX
@@ -55,6 +58,7 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
         lses.append(lse)
     return torch.stack(outs), torch.stack(lses)
 '''
+)
 
 REFERENCE = PAGED_DECODE
 
@@ -62,7 +66,8 @@ ALTERNATIVES = {
     # vectorised: every slot gathered at once through the block tables, a padded batch with its tail hidden,
     # the splits as one more axis, and the merge as a softmax over the chunks' lses; reference counts from a
     # Counter, blocks taken from the top of the pool
-    "vectorised_softmax_merge": HEADER + '''
+    "vectorised_softmax_merge": HEADER
+    + """
 from collections import Counter
 
 
@@ -104,10 +109,11 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
                             v.unflatten(1, (num_splits, chunk)))
     weights = torch.softmax(part_lse, dim=-1)  # exp(lse_i - logsumexp(lse)): the max is inside softmax
     return (weights[..., None] * part_out).sum(dim=2), torch.logsumexp(part_lse, dim=-1)
-''',
+""",
     # lists instead of tensors, each sequence written then read at once (its new block is private, so nothing
     # it reads changes afterwards), chunks from torch.split, and a running pairwise merge with logaddexp
-    "interleaved_running_merge": HEADER + '''
+    "interleaved_running_merge": HEADER
+    + """
 def merge_partials(outs, lses):
     out, lse = outs[0], lses[0]
     for out_c, lse_c in zip(outs[1:], lses[1:]):
@@ -153,19 +159,24 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
     for b, table in enumerate(tables):  # the caller's tables point to the blocks taken
         block_tables[b, :len(table)] = torch.tensor(table)
     return torch.stack(outs), torch.stack(lses)
-''',
+""",
 }
 
-STUB = HEADER + '''
+STUB = (
+    HEADER
+    + """
 def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables, seq_lens, num_splits):
     # YOUR CODE HERE
     raise NotImplementedError("your code here")
-'''
+"""
+)
 
 # (expected diagnosis key, edits of the reference)
 MUTANTS = [
-    ("block_table_slot_without_block_size",
-     {"SLOT": "return int(block_tables[b, pos // block_size]) + pos % block_size"}),
+    (
+        "block_table_slot_without_block_size",
+        {"SLOT": "return int(block_tables[b, pos // block_size]) + pos % block_size"},
+    ),
     ("blocks_read_contiguously", {"SLOT": "return int(block_tables[b, 0]) * block_size + pos"}),
     ("shared_block_written_without_copy", {"SHARED": "if block < 0:"}),
     ("copy_on_write_without_data", {"COPYK": "pass", "COPYV": "pass"}),
@@ -184,7 +195,9 @@ MUTANTS = [
 
 # attend first, on each sequence's cached tokens read through its table plus its new key and value, then write:
 # the same outputs and, with copy-on-write, the same pool as the contract's order
-ATTEND_FIRST = HEADER + '''
+ATTEND_FIRST = (
+    HEADER
+    + """
 def merge_partials(outs, lses):
     lse = torch.logsumexp(lses, dim=0)
     return (torch.exp(lses - lse)[..., None] * outs).sum(dim=0), lse
@@ -216,7 +229,8 @@ def paged_decode(query, new_keys, new_values, key_pool, value_pool, block_tables
         key_pool[block_tables[b, j], n % bs] = new_keys[b]
         value_pool[block_tables[b, j], n % bs] = new_values[b]
     return torch.stack(outs), torch.stack(lses)
-'''
+"""
+)
 ALTERNATIVES["attend_first_then_write"] = ATTEND_FIRST
 
 # false credit before the pool and tables were read back: the right (out, lse) with the wrong state
@@ -236,21 +250,58 @@ STATE_MUTANTS = [
 
 # each chunk's output weighted by its number of keys (a mean of means), the lengths handed to merge_partials by
 # paged_decode; merge_partials alone, without them, takes the plain mean
-BY_LENGTH = REFERENCE.replace(
-    "def merge_partials(outs, lses):",
-    "def merge_partials(outs, lses, lengths=None):",
-).replace(
-    "    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
-    "    share = torch.ones(len(outs)) if lengths is None else torch.tensor(lengths, dtype=outs.dtype)\n"
-    "    out = (share.view(-1, *[1] * (outs.dim() - 1)) * outs).sum(dim=0) / share.sum()",
-).replace(
-    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses))",
-    "        lengths = [min(chunk, n - start) for start in range(0, n, chunk)]\n"
-    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses), lengths)",
+BY_LENGTH = (
+    REFERENCE.replace(
+        "def merge_partials(outs, lses):",
+        "def merge_partials(outs, lses, lengths=None):",
+    )
+    .replace(
+        "    out = (w[..., None] * outs).sum(dim=0) / total[..., None]  #MERGE",
+        "    share = torch.ones(len(outs)) if lengths is None else torch.tensor(lengths, dtype=outs.dtype)\n"
+        "    out = (share.view(-1, *[1] * (outs.dim() - 1)) * outs).sum(dim=0) / share.sum()",
+    )
+    .replace(
+        "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses))",
+        "        lengths = [min(chunk, n - start) for start in range(0, n, chunk)]\n"
+        "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses), lengths)",
+    )
 )
 assert BY_LENGTH.count("lengths") == 5
 MUTANTS.append(("merge_weighted_by_length", BY_LENGTH))
 
+# the keys never split: one chunk of all of them, merge_partials merging one partial (the outputs are right)
+NEVER_SPLITS = REFERENCE.replace("chunk = math.ceil(n / num_splits)", "chunk = n  # one softmax over all the keys")
+assert NEVER_SPLITS != REFERENCE
+MUTANTS.append(("decode_never_splits", NEVER_SPLITS))
+
+# copy-on-write (or a fresh block) done, but the new token written where the table pointed before
+WRITTEN_OLD = REFERENCE.replace(
+    "        block = int(block_tables[b, j])\n",
+    "        block = int(block_tables[b, j])\n        old = slot(b, pos)  # the slot, before the block is replaced\n",
+).replace(
+    "        key_slots[slot(b, pos)] = new_keys[b]\n        value_slots[slot(b, pos)] = new_values[b]\n",
+    "        key_slots[old] = new_keys[b]\n        value_slots[old] = new_values[b]\n",
+)
+assert WRITTEN_OLD.count("[old]") == 2
+MUTANTS.append(("written_into_the_old_block", WRITTEN_OLD))
+
+# the write through the table, the read contiguously from the sequence's first block
+READ_CONTIGUOUS = REFERENCE.replace(
+    "idx = torch.tensor([slot(b, p) for p in range(n)])",
+    "idx = int(block_tables[b, 0]) * block_size + torch.arange(n)  # the tokens follow the first block",
+)
+assert READ_CONTIGUOUS != REFERENCE
+MUTANTS.append(("read_contiguously_from_the_first_block", READ_CONTIGUOUS))
+
+# the chunks merged in paged_decode itself, weighted by their lengths (merge_partials left unused)
+MERGED_BY_LENGTH_INLINE = REFERENCE.replace(
+    "        out, lse = merge_partials(torch.stack(part_outs), torch.stack(part_lses))\n",
+    "        sizes = torch.tensor([min(chunk, n - start) for start in range(0, n, chunk)], dtype=torch.float32)\n"
+    "        out = (sizes[:, None, None] * torch.stack(part_outs)).sum(0) / sizes.sum()\n"
+    "        lse = torch.logsumexp(torch.stack(part_lses), 0)\n",
+)
+assert MERGED_BY_LENGTH_INLINE != REFERENCE
+MUTANTS.append(("merge_weighted_by_length", MERGED_BY_LENGTH_INLINE))
 
 # --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
 

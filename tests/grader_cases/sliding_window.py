@@ -4,9 +4,12 @@ alternative correct implementations in other styles, and the misconception mutan
 
 The mistakes are the ones ``long_context.MUTANTS`` patches into ``course_utils.reference.sliding_window``, written
 the way a learner writes them: ``LONG_CONTEXT_KEYS`` maps each of those to the grader's diagnosis."""
+
 from tests.grader_cases.implementations import HEADER, mutate
 
-REFERENCE = HEADER + '''
+REFERENCE = (
+    HEADER
+    + """
 def rope_angles(positions, head_dim, base):
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     angles = positions.float()[:, None] * inv_freq
@@ -63,13 +66,16 @@ class SlidingWindowAttention(nn.Module):
             cache_v[:, :, self.slot(p)] = values[:, :, i]  #WRITE_V
         present = (cache_k, cache_v) if use_cache else None  #PRESENT
         return self.out_proj(context), present
-'''
+"""
+)
 
 # --- alternative correct implementations --------------------------------------------------------------
 
 # Every slot read in slot order, each with the position it holds (computed, not reordered); vectorised writes of
 # only the last `window` new tokens with index_copy_; the window as a band of position differences.
-BY_SLOT_POSITIONS = HEADER + '''
+BY_SLOT_POSITIONS = (
+    HEADER
+    + """
 class SlidingWindowAttention(nn.Module):
     def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
         super().__init__()
@@ -123,11 +129,14 @@ class SlidingWindowAttention(nn.Module):
         ck = ck.clone().index_copy_(2, slots, k[:, :, keep])
         cv = cv.clone().index_copy_(2, slots, v[:, :, keep])
         return out, (ck, cv)
-'''
+"""
+)
 
 # One token at a time, write first, then attend to every slot written so far: a ring of `window` slots then holds
 # exactly the window i - window + 1 .. i, so no position mask is needed, only "written yet?".
-TOKEN_BY_TOKEN = HEADER + '''
+TOKEN_BY_TOKEN = (
+    HEADER
+    + """
 class SlidingWindowAttention(nn.Module):
     def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
         super().__init__()
@@ -170,11 +179,17 @@ class SlidingWindowAttention(nn.Module):
             w = torch.softmax(w.masked_fill(~written, float("-inf")), dim=-1)
             outs.append(torch.einsum("bhk,bhkd->bhd", w, vals).reshape(b, nh * hd))
         return self.out_proj(torch.stack(outs, dim=1)), ((keys, vals) if use_cache else None)
-'''
+"""
+)
+
+# --- rings in another layout than the contract's: they work with the rings they write themselves, and with no
+# other (a ring another party made, in the contract's layout): named, no longer passed
 
 # Mistral's layout: the cache (b, num_sinks + window, num_heads, head_dim), tokens before heads as x is, and the
 # ring's slot num_sinks + p % window (Mistral's cache_pos = positions % sliding_window) after the sinks.
-TOKENS_BEFORE_HEADS = HEADER + '''
+TOKENS_BEFORE_HEADS = (
+    HEADER
+    + """
 class SlidingWindowAttention(nn.Module):
     def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
         super().__init__()
@@ -218,11 +233,14 @@ class SlidingWindowAttention(nn.Module):
         for i, p in enumerate(pos.tolist()):
             ck[:, self.slot(p)], cv[:, self.slot(p)] = k[:, i], v[:, i]
         return self.out_proj(y), ((ck, cv) if use_cache else None)
-'''
+"""
+)
 
 # The window kept oldest first (Hugging Face's former SlidingWindowCache): filled from the front, then rolled left
 # by one for each new token; the sinks in front of it.
-ROLLED = HEADER + '''
+ROLLED = (
+    HEADER
+    + """
 def rotate(x, positions, base):
     hd = x.shape[-1]
     ang = positions.float()[:, None] / base ** (torch.arange(0, hd, 2).float() / hd)
@@ -269,13 +287,59 @@ class SlidingWindowAttention(nn.Module):
                     t[:, :, -1] = new[:, :, i]
             filled += p >= self.s and filled < self.w
         return self.out_proj(y.transpose(1, 2).reshape(b, n, -1)), (tuple(cache) if use_cache else None)
-'''
+"""
+)
+
+# The contract's ring written with one scatter of the slots a call keeps and read with one gather, the slots of a
+# position computed as a tensor; the window and the sinks as one "visible" mask.
+SCATTER_GATHER = (
+    HEADER
+    + """
+class SlidingWindowAttention(nn.Module):
+    def __init__(self, d_in, d_out, num_heads, window, num_sinks=0, rope_base=10000.0):
+        super().__init__()
+        self.nh, self.hd, self.win, self.ns, self.base = num_heads, d_out // num_heads, window, num_sinks, rope_base
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def slots(self, p):
+        return torch.where(p < self.ns, p, self.ns + (p - self.ns) % self.win)
+
+    def rope(self, x, p):
+        inv = self.base ** (-torch.arange(0, self.hd, 2).float() / self.hd)
+        a = torch.cat([p.float()[:, None] * inv] * 2, -1)
+        h = self.hd // 2
+        return x * a.cos() + torch.cat([-x[..., h:], x[..., :h]], -1) * a.sin()
+
+    def forward(self, x, past_key_value=None, use_cache=False, start_pos=0):
+        b, n, _ = x.shape
+        p = torch.arange(start_pos, start_pos + n)
+        sh = lambda t: t.view(b, n, self.nh, self.hd).transpose(1, 2)
+        q, k, v = self.rope(sh(self.W_query(x)), p), self.rope(sh(self.W_key(x)), p), sh(self.W_value(x))
+        ring = [torch.zeros(b, self.nh, self.ns + self.win, self.hd) for _ in range(2)]
+        if past_key_value is not None:
+            ring = [t.clone() for t in past_key_value]
+        held = torch.arange(start_pos)
+        held = held[(held < self.ns) | (held >= start_pos - self.win)]
+        keys = torch.cat([ring[0].index_select(2, self.slots(held)), k], 2)
+        vals = torch.cat([ring[1].index_select(2, self.slots(held)), v], 2)
+        kp = torch.cat([held, p])
+        visible = (kp[None] <= p[:, None]) & ((p[:, None] - kp[None] < self.win) | (kp[None] < self.ns))
+        w = torch.softmax((q @ keys.mT / self.hd ** 0.5).masked_fill(~visible, float("-inf")), -1)
+        y = self.out_proj((w @ vals).transpose(1, 2).reshape(b, n, -1))
+        kept = (p < self.ns) | (p >= max(self.ns, start_pos + n - self.win))
+        for t, new in zip(ring, (k, v)):
+            t.index_copy_(2, self.slots(p[kept]), new[:, :, kept])
+        return y, (tuple(ring) if use_cache else None)
+"""
+)
 
 ALTERNATIVES = {
     "by_slot_positions": BY_SLOT_POSITIONS,
     "token_by_token": TOKEN_BY_TOKEN,
-    "tokens_before_heads": TOKENS_BEFORE_HEADS,
-    "rolled": ROLLED,
+    "scatter_gather": SCATTER_GATHER,
 }
 
 # --- misconception mutants: (expected diagnosis key, edits of the reference or a whole source) ----------------
@@ -286,37 +350,62 @@ MUTANTS = [
     ("window_off_by_one", {"WINDOW": "too_old = (k_pos < q_pos - self.window) & (k_pos >= self.num_sinks)"}),
     ("window_off_by_one", {"WINDOW": "too_old = (k_pos <= q_pos - self.window + 1) & (k_pos >= self.num_sinks)"}),
     ("ring_read_in_slot_order", _SLOT_ORDER),
-    ("rope_positions_reset_at_wrap", {
-        "ANGLES": "angles = rope_angles(torch.tensor([self.slot(p) for p in positions]), self.head_dim, "
-                  "self.rope_base)"}),
+    (
+        "rope_positions_reset_at_wrap",
+        {
+            "ANGLES": "angles = rope_angles(torch.tensor([self.slot(p) for p in positions]), self.head_dim, "
+            "self.rope_base)"
+        },
+    ),
     ("sinks_evicted", {"WINDOW": "too_old = k_pos <= q_pos - self.window"}),
-    ("ring_keys_cached_before_rope", {
-        "ROTATE": "queries, keys, raw_keys = apply_rope(queries, angles), apply_rope(keys, angles), keys",
-        "ALL_K": "all_k = torch.cat([apply_rope(cache_k[:, :, slots], rope_angles(torch.tensor(held), self.head_dim, "
-                 "self.rope_base)), keys], dim=2)",
-        "WRITE_K": "cache_k[:, :, self.slot(p)] = raw_keys[:, :, i]"}),
+    (
+        "ring_keys_cached_before_rope",
+        {
+            "ROTATE": "queries, keys, raw_keys = apply_rope(queries, angles), apply_rope(keys, angles), keys",
+            "ALL_K": "all_k = torch.cat([apply_rope(cache_k[:, :, slots], rope_angles(torch.tensor(held), self.head_dim, "
+            "self.rope_base)), keys], dim=2)",
+            "WRITE_K": "cache_k[:, :, self.slot(p)] = raw_keys[:, :, i]",
+        },
+    ),
 ]
 
 MUTANTS += [
-    ("window_off_by_one_decoding", {
-        "WINDOW": "too_old = (k_pos <= q_pos - (self.window + 1 if n == 1 and past_key_value is not None "
-                  "else self.window)) & (k_pos >= self.num_sinks)  # decoding: the whole ring and the new token"}),
-    ("window_off_by_one_decoding", {
-        "WINDOW": "too_old = (k_pos <= q_pos - (self.window - 1 if past_key_value is not None else self.window)) "
-                  "& (k_pos >= self.num_sinks)"}),
-    ("sinks_written_on_first_call_only", {  # the prompt brings the sinks; later tokens go into the ring
-        "WRITE_K": "cache_k[:, :, self.slot(p) if past_key_value is None else "
-                   "self.num_sinks + (p - self.num_sinks) % self.window] = keys[:, :, i]",
-        "WRITE_V": "cache_v[:, :, self.slot(p) if past_key_value is None else "
-                   "self.num_sinks + (p - self.num_sinks) % self.window] = values[:, :, i]"}),
+    (
+        "window_off_by_one_decoding",
+        {
+            "WINDOW": "too_old = (k_pos <= q_pos - (self.window + 1 if n == 1 and past_key_value is not None "
+            "else self.window)) & (k_pos >= self.num_sinks)  # decoding: the whole ring and the new token"
+        },
+    ),
+    (
+        "window_off_by_one_decoding",
+        {
+            "WINDOW": "too_old = (k_pos <= q_pos - (self.window - 1 if past_key_value is not None else self.window)) "
+            "& (k_pos >= self.num_sinks)"
+        },
+    ),
+    (
+        "sinks_written_on_first_call_only",
+        {  # the prompt brings the sinks; later tokens go into the ring
+            "WRITE_K": "cache_k[:, :, self.slot(p) if past_key_value is None else "
+            "self.num_sinks + (p - self.num_sinks) % self.window] = keys[:, :, i]",
+            "WRITE_V": "cache_v[:, :, self.slot(p) if past_key_value is None else "
+            "self.num_sinks + (p - self.num_sinks) % self.window] = values[:, :, i]",
+        },
+    ),
     # right outputs, but the ring holds the keys already divided by sqrt(head_dim): not the contract's keys
-    ("ring_layout_unreadable", {
-        "ROTATE": "queries, keys = apply_rope(queries, angles), apply_rope(keys, angles) / math.sqrt(self.head_dim)",
-        "ALL_K": "all_k = torch.cat([cache_k[:, :, slots], keys], dim=2) * math.sqrt(self.head_dim)"}),
+    (
+        "ring_layout_unreadable",
+        {
+            "ROTATE": "queries, keys = apply_rope(queries, angles), apply_rope(keys, angles) / math.sqrt(self.head_dim)",
+            "ALL_K": "all_k = torch.cat([cache_k[:, :, slots], keys], dim=2) * math.sqrt(self.head_dim)",
+        },
+    ),
 ]
 
 # the cache grows: nothing evicted, positions counted back from start_pos
-GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
+GROWS = REFERENCE.replace(
+    """        size = self.num_sinks + self.window
         if past_key_value is None:
             cache_k = keys.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_K
             cache_v = values.new_zeros(b, self.num_heads, size, self.head_dim)  #NEW_V
@@ -327,31 +416,58 @@ GROWS = REFERENCE.replace('''        size = self.num_sinks + self.window
         slots = [self.slot(p) for p in held]  #READ
         all_k = torch.cat([cache_k[:, :, slots], keys], dim=2)  #ALL_K
         all_v = torch.cat([cache_v[:, :, slots], values], dim=2)  #ALL_V
-''', '''        all_k, all_v = keys, values
+""",
+    """        all_k, all_v = keys, values
         if past_key_value is not None:
             all_k = torch.cat([past_key_value[0], keys], dim=2)
             all_v = torch.cat([past_key_value[1], values], dim=2)
         held = list(range(start_pos - (all_k.shape[2] - n), start_pos))
-''').replace('''        for i, p in enumerate(positions):
+""",
+).replace(
+    """        for i, p in enumerate(positions):
             cache_k[:, :, self.slot(p)] = keys[:, :, i]  #WRITE_K
             cache_v[:, :, self.slot(p)] = values[:, :, i]  #WRITE_V
         present = (cache_k, cache_v) if use_cache else None  #PRESENT
-''', '''        present = (all_k, all_v) if use_cache else None
-''')
+""",
+    """        present = (all_k, all_v) if use_cache else None
+""",
+)
 assert GROWS != REFERENCE and "cache_k" not in GROWS
 MUTANTS.append(("ring_cache_grows", GROWS))
 
 # the module keeps its own ring and ignores the one it is handed: the ring it did not produce tells
-OWN_STATE = mutate(REFERENCE.replace(
-    "cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()",
-    "cache_k, cache_v = self.own[0].clone(), self.own[1].clone()  # its own, not the one handed in",
-), {"PRESENT": "present = self.own = (cache_k, cache_v) if use_cache else None"})
+OWN_STATE = mutate(
+    REFERENCE.replace(
+        "cache_k, cache_v = past_key_value[0].clone(), past_key_value[1].clone()",
+        "cache_k, cache_v = self.own[0].clone(), self.own[1].clone()  # its own, not the one handed in",
+    ),
+    {"PRESENT": "present = self.own = (cache_k, cache_v) if use_cache else None"},
+)
 assert "self.own[0]" in OWN_STATE
 MUTANTS.append(("cache_ignores_past", OWN_STATE))
 
+# rings in another layout: they read only the rings they write themselves
+MUTANTS += [("ring_read_only_its_own", TOKENS_BEFORE_HEADS), ("ring_read_only_its_own", ROLLED)]
+
+# positions counted by the module (reset by a call without a past) instead of taken from start_pos
+OWN_COUNT = REFERENCE.replace(
+    "        self.out_proj = nn.Linear(d_out, d_out)\n",
+    "        self.out_proj = nn.Linear(d_out, d_out)\n        self.seen = 0\n",
+).replace(
+    "        b, n, _ = x.shape\n        split",
+    "        b, n, _ = x.shape\n        self.seen = 0 if past_key_value is None else self.seen\n"
+    "        start_pos, self.seen = self.seen, self.seen + n  # its own count: start_pos not needed\n        split",
+)
+assert "start_pos, self.seen = " in OWN_COUNT and "        self.seen = 0\n" in OWN_COUNT
+MUTANTS.append(("positions_counted_by_module", OWN_COUNT))
+
 # tests/grader_cases/long_context.MUTANTS (the reference's mistakes) -> the grader's diagnosis of the same mistake
-LONG_CONTEXT_KEYS = {"window_off_by_one": "window_off_by_one", "slot_order": "ring_read_in_slot_order",
-                     "rope_reset_at_wrap": "rope_positions_reset_at_wrap", "sinks_evicted": "sinks_evicted"}
+LONG_CONTEXT_KEYS = {
+    "window_off_by_one": "window_off_by_one",
+    "slot_order": "ring_read_in_slot_order",
+    "rope_reset_at_wrap": "rope_positions_reset_at_wrap",
+    "sinks_evicted": "sinks_evicted",
+}
 
 
 def mutant_source(edits) -> str:
@@ -361,4 +477,4 @@ def mutant_source(edits) -> str:
 # --- the fixture, in the contract test's one shape (tests/grade/exercises/fixtures.py) -------------------------
 
 FIXTURES = {"sliding_window": {"reference": REFERENCE, "alternatives": ALTERNATIVES, "mutants": MUTANTS,
-                               "min_alternatives": 4}}
+                               "min_alternatives": 3}}

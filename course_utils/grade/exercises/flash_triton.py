@@ -75,6 +75,29 @@ TEXTS: dict[str, tuple[str, str]] = {
         "the scores are not scaled: s = tl.dot(q, tl.trans(k)) * scale, with scale = 1/sqrt(d)",
         "分数没有缩放：应为 s = tl.dot(q, tl.trans(k)) * scale，其中 scale = 1/sqrt(d)",
     ),
+    "mutant.flash_max_frozen_at_first_block": (
+        "the running maximum is taken from the first key block and never updated: when a later block holds scores "
+        "far above it (here, hundreds), exp(s - m) overflows to inf and the row becomes NaN; update it at every "
+        "block, m_new = tl.maximum(m_i, tl.max(s, 1)), and rescale l and acc by alpha = exp(m_i - m_new)",
+        "运行最大值只取自第一个键块，之后再没更新：后面的块里分数比它大很多时（这里大几百），exp(s - m) 溢出成 inf，"
+        "这一行就成了 NaN；每个块都要更新它，m_new = tl.maximum(m_i, tl.max(s, 1))，并用 alpha = exp(m_i - m_new) "
+        "重新缩放 l 和 acc",
+    ),
+    "mutant.flash_rows_assumed_contiguous": (
+        "the K/V rows are addressed as if each row were HEAD_DIM elements after the previous one (cols * HEAD_DIM): "
+        "a tensor's rows lie stride_t apart, which is not HEAD_DIM when the heads are interleaved, (B, T, H, d) "
+        "transposed, or the rows padded; address K and V as cols[:, None] * stride_t + dims[None, :] * stride_d",
+        "按“每一行紧跟在上一行后面 HEAD_DIM 个元素”去定位 K/V 的行（cols * HEAD_DIM）：张量的相邻两行相隔 "
+        "stride_t，而在多头交错存放、(B, T, H, d) 转置过来或行带填充时它都不是 HEAD_DIM；K 和 V 的地址要写成 "
+        "cols[:, None] * stride_t + dims[None, :] * stride_d",
+    ),
+    "mutant.flash_store_without_mask": (
+        "the output (or the log-sum-exp) is stored without its mask: the last query block's rows past the sequence's "
+        "end are written past the end of the tensor (on a GPU into other memory, in the interpreter into the heap); "
+        "store with mask=rows[:, None] < seq_len (rows < seq_len for the lse)",
+        "存输出（或 log-sum-exp）时没有加掩码：最后一个查询块里超出序列末尾的行被写到了张量的末尾之外（在 GPU 上"
+        "写进别的内存，在解释器里写坏了堆）；存的时候要加 mask=rows[:, None] < seq_len（lse 用 rows < seq_len）",
+    ),
     "mutant.flash_lse_stored_wrong": (
         "the log-sum-exp stored is wrong: it is m + log(l), in natural log, with m and l after the last key block "
         "(with exp2 and scores in log2 units, convert back: (m + log2(l)) * ln 2)",
@@ -97,6 +120,17 @@ TEXTS: dict[str, tuple[str, str]] = {
         "full attention, every score near -150 (a maximum started at 0 underflows), T = 20",
         "完整注意力，所有分数都在 -150 附近（从 0 开始的最大值会下溢），T = 20",
     ),
+    "case:full attention, the later key blocks score hundreds above the first, T = 40, blocks of 16 x 16": (
+        "full attention, the later key blocks score hundreds above the first, T = 40, blocks of 16 x 16",
+        "完整注意力，后面的键块分数比第一个高几百，T = 40，块大小 16 x 16",
+    ),
+    "case:causal, batch 2, 3 heads, head dim 64, memory laid out (B, T, H, d): rows 3 x 64 apart, T = 21, blocks "
+    "of 16 x 16": (
+        "causal, batch 2, 3 heads, head dim 64, memory laid out (B, T, H, d): rows 3 x 64 apart, T = 21, blocks of "
+        "16 x 16",
+        "因果，batch 2，3 个头，头维度 64，内存按 (B, T, H, d) 排布：相邻两行相隔 3 x 64 个元素，T = 21，块大小 "
+        "16 x 16",
+    ),
 }
 
 
@@ -110,6 +144,17 @@ M_CAUSAL = Mistake("flash_causal_ignored")
 M_SCALE_AFTER = Mistake("flash_scale_after_softmax")
 M_NO_SCALE = Mistake("flash_no_scale")
 M_LSE = Mistake("flash_lse_stored_wrong")
+M_MAX_FROZEN = Mistake("flash_max_frozen_at_first_block")
+M_ROWS_CONTIGUOUS = Mistake("flash_rows_assumed_contiguous")
+M_STORE = Mistake("flash_store_without_mask")
+
+
+class StoreOutOfBounds(Exception):
+    """What a store without its mask does where the sequence has a tail: the harness stops the kernel as it writes
+    past the end of the output (sandbox/interpreted.py)."""
+
+    where = "forward"
+    error_type = "OutOfBounds"  # interpreted.OutOfBounds: only that error matches this mistake
 
 
 @dataclass(frozen=True)
@@ -123,15 +168,22 @@ class FlashVariant:
     causal: bool = True  # False: causal=True computes full attention
     scale: str = "scores"  # scores | after_softmax (the output times the scale) | none
     lse: str = "ok"  # ok | max (m alone) | log_sum (log l alone) | sum (m + l) | log2 (m + log2 l, log2 units)
+    max_update: str = "every_block"  # every_block | first_block (the maximum of the first key block, kept)
+    kv_rows: str = "stride"  # stride | contiguous (K/V row r read at r * HEAD_DIM, the row stride ignored)
+    store_mask: bool = True  # False: the output stored without its mask (past the tensor's end where T has a tail)
 
 
 # ---------------------------------------------------------------------------------------------
 # the reference: the kernel's tiles replayed in PyTorch, with the variant's mistakes
 
 
-def _rows_past_end(t: torch.Tensor, rows: int) -> torch.Tensor:
-    """``t`` (B, H, T, d) extended to ``rows`` rows through its own storage: what an unmasked load reads."""
-    return t.as_strided((*t.shape[:2], rows, t.shape[3]), t.stride(), t.storage_offset())
+def _rows_past_end(t: torch.Tensor, rows: int, v: FlashVariant) -> torch.Tensor:
+    """``t`` (B, H, T, d) extended to ``rows`` rows through its own storage: what an unmasked load reads (with the
+    variant's row stride: HEAD_DIM where the kernel ignores the tensor's)."""
+    stride = list(t.stride())
+    if v.kv_rows == "contiguous":
+        stride[2:] = [t.shape[3], 1]
+    return t.as_strided((*t.shape[:2], rows, t.shape[3]), stride, t.storage_offset())
 
 
 def flash_forward(args, v: FlashVariant):
@@ -140,8 +192,10 @@ def flash_forward(args, v: FlashVariant):
     causal = causal and v.causal
     batch, heads, seq_len, d = q.shape
     scale = 1.0 / math.sqrt(d)
+    if not v.store_mask and seq_len % block_m:  # the last query block's rows past T written past the output's end
+        raise StoreOutOfBounds()
     span = -(-seq_len // block_n) * block_n + block_m  # every key row a loop may reach
-    k_all, v_all = _rows_past_end(k, span).float(), _rows_past_end(val, span).float()
+    k_all, v_all = _rows_past_end(k, span, v).float(), _rows_past_end(val, span, v).float()
     out = torch.empty(batch, heads, seq_len, d)
     lse = torch.empty(batch, heads, seq_len)
     for first in range(0, seq_len, block_m):
@@ -168,7 +222,7 @@ def flash_forward(args, v: FlashVariant):
             if causal and v.diagonal:
                 visible = visible & (cols[None, :] <= rows[:, None])
             s = torch.where(visible, s, torch.tensor(float("-inf")))
-            m_new = torch.maximum(m, s.amax(-1))
+            m_new = m if v.max_update == "first_block" and start > 0 else torch.maximum(m, s.amax(-1))
             alpha = torch.exp(m - m_new)
             p = torch.exp(s - m_new[..., None])
             l_sum = (l_sum * alpha if v.rescale_sum else l_sum) + p.sum(-1)
@@ -193,31 +247,48 @@ def flash_forward(args, v: FlashVariant):
 # cases
 
 
-def padded(g, batch, heads, seq_len, d, shift=None):
-    """A (B, H, T, d) view of a (B, H, T + PAD_ROWS, d) buffer whose rows past T hold NaN."""
-    buffer = torch.full((batch, heads, seq_len + PAD_ROWS, d), float("nan"))
+def padded(g, batch, heads, seq_len, d, shift=None, tokens_first=False):
+    """A (B, H, T, d) view of a buffer whose rows past T hold NaN: (B, H, T + PAD_ROWS, d), or with
+    ``tokens_first`` (B, T + PAD_ROWS, H, d) seen through a transpose (rows H * d apart, heads interleaved)."""
+    shape = (batch, seq_len + PAD_ROWS, heads, d) if tokens_first else (batch, heads, seq_len + PAD_ROWS, d)
+    buffer = torch.full(shape, float("nan"))
+    view = buffer.transpose(1, 2) if tokens_first else buffer
     values = torch.randn(batch, heads, seq_len, d, generator=g)
     if shift is not None:
         values = values * 0.1 + shift
-    buffer[:, :, :seq_len] = values
-    return buffer[:, :, :seq_len]
+    view[:, :, :seq_len] = values
+    return view[:, :, :seq_len]
 
 
-def flash_case(name, g, batch, heads, seq_len, d, causal, block_m, block_n, negative=False):
-    """``negative``: every score near -150 (q along -e0, k along +e0, 25 apart)."""
+def flash_case(
+    name, g, batch, heads, seq_len, d, causal, block_m, block_n, negative=False, tokens_first=False, later=0.0
+):
+    """``negative``: every score near -150 (q along -e0, k along +e0, 25 apart). ``later``: every score with a key
+    past the first key block lies about ``later`` above the first block's (q and those keys share a direction)."""
     e0 = torch.zeros(d)
     e0[0] = 25.0
-    q = padded(g, batch, heads, seq_len, d, shift=-e0 if negative else None)
-    k = padded(g, batch, heads, seq_len, d, shift=e0 if negative else None)
-    v = padded(g, batch, heads, seq_len, d)
+    q = padded(g, batch, heads, seq_len, d, shift=-e0 if negative else None, tokens_first=tokens_first)
+    k = padded(g, batch, heads, seq_len, d, shift=e0 if negative else None, tokens_first=tokens_first)
+    v = padded(g, batch, heads, seq_len, d, tokens_first=tokens_first)
+    if later:  # q_0 * k_0 / sqrt(d) = later for every key past the first block
+        q[..., 0] += 8.0
+        k[:, :, block_n:, 0] += later * math.sqrt(d) / 8.0
+    elif negative:  # the last key scores 10 above the others (still near -140): every row's running maximum grows
+        # at the last key block on every draw, so a rescaling left out always shows
+        k[:, :, seq_len - 1, 0] -= 1.6
+    else:  # the last query's largest score is its last key's (3 sqrt(d), the others about 1): likewise
+        k[:, :, seq_len - 1] = 3.0 * q[:, :, seq_len - 1]
     args = (q, k, v, causal, block_m, block_n)
     call = Call(args, seed=draw_seed(g))
+    # scores in the hundreds carry float32 rounding errors of ~1e-4 that the kernel's and the replay's products
+    # place differently: their cases get the looser tolerance of every "scores in the hundreds" case of the course
+    tol = (2e-3, 2e-4) if negative or later else (2e-4, 2e-5)
     return Case(
         name,
         {"causal": causal, "block_m": block_m, "block_n": block_n},
         {},
         [call],
-        meta={"tol": (2e-4, 2e-5)},
+        meta={"tol": tol},
     )
 
 
@@ -260,6 +331,31 @@ def cases(g) -> list[Case]:
             16,
             negative=True,
         ),
+        flash_case(
+            "full attention, the later key blocks score hundreds above the first, T = 40, blocks of 16 x 16",
+            g,
+            1,
+            1,
+            40,
+            16,
+            False,
+            16,
+            16,
+            later=300.0,
+        ),
+        flash_case(
+            "causal, batch 2, 3 heads, head dim 64, memory laid out (B, T, H, d): rows 3 x 64 apart, T = 21, blocks "
+            "of 16 x 16",
+            g,
+            2,
+            3,
+            21,
+            64,
+            True,
+            16,
+            16,
+            tokens_first=True,
+        ),
     ]
 
 
@@ -285,6 +381,9 @@ def mutants() -> list:
         (M_CAUSAL, replace(ok, causal=False)),
         (M_SCALE_AFTER, replace(ok, scale="after_softmax")),
         (M_NO_SCALE, replace(ok, scale="none")),
+        (M_MAX_FROZEN, replace(ok, max_update="first_block")),
+        (M_ROWS_CONTIGUOUS, replace(ok, kv_rows="contiguous")),
+        (M_STORE, replace(ok, store_mask=False)),
     ] + [(M_LSE, replace(ok, lse=form)) for form in ("max", "log_sum", "sum", "log2")]
     return [mutant(pair, variant, paired=False) for pair, variant in found]
 

@@ -39,6 +39,13 @@ class PagedVariant:
     # the mean where the lengths are not known, in merge_partials alone)
     merged_lse: str = "ok"  # ok | max (the largest partial lse, without log(sum of weights))
     scale: bool = True
+    split: bool = True  # False: one softmax over all the keys, merge_partials never merging two partials
+    write_to: str = "table"  # table (the block the table lists after the step) | old_shared (after copy-on-write,
+    # the new token written into the shared block anyway) | old (into the block listed before: the shared one, or
+    # block -1 for a new one, the pool's last)
+    read: str = "table"  # table | contiguous (the write through the table, the read from the first block onwards)
+    decode_merge: str = "merge_partials"  # merge_partials | by_length (paged_decode merges the chunks itself,
+    # weighted by their lengths) | by_length_and_lse (by length times exp(lse_i - max))
 
 
 M_SLOT_NO_BS = Mistake("block_table_slot_without_block_size")
@@ -55,6 +62,10 @@ M_MERGE_LSE = Mistake("merge_wrong_lse")
 M_MERGE_GLOBAL_MAX = Mistake("merge_max_over_everything")
 M_MERGE_FIRST = Mistake("merge_relative_to_first_chunk")
 M_MERGE_BY_LENGTH = Mistake("merge_weighted_by_length")
+M_NO_SPLIT = Mistake("decode_never_splits")
+M_WRITE_OLD = Mistake("written_into_the_old_block")
+M_READ_CONTIGUOUS = Mistake("read_contiguously_from_the_first_block")
+M_DECODE_BY_LENGTH = Mistake("merge_weighted_by_length", text="decode_merge_weighted_by_length")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,23 +117,29 @@ def paged_forward(args, v: PagedVariant, state: bool = False):
     def write(b):
         pos = lens[b]
         j = pos // bs
-        if int(tables[b, j]) < 0 or (v.copy != "none" and int((tables == tables[b, j]).sum()) > 1):
+        before = int(tables[b, j])
+        if before < 0 or (v.copy != "none" and int((tables == tables[b, j]).sum()) > 1):
             listed = set(tables[tables >= 0].tolist())
             fresh = min(set(range(num_blocks)) - listed)
-            if int(tables[b, j]) >= 0 and v.copy == "ok":  # copy-on-write
-                key_pool[fresh], value_pool[fresh] = key_pool[int(tables[b, j])], value_pool[int(tables[b, j])]
+            if before >= 0 and v.copy == "ok":  # copy-on-write
+                key_pool[fresh], value_pool[fresh] = key_pool[before], value_pool[before]
             tables[b, j] = fresh
+            if v.write_to == "old" or (v.write_to == "old_shared" and before >= 0):  # the block listed before
+                s = before * bs + pos % bs  # block -1: the pool's last (a negative index counts from the end)
+                flat_k[s], flat_v[s] = new_keys[b], new_values[b]
+                return
         s = slot(b, pos)
         flat_k[s], flat_v[s] = new_keys[b], new_values[b]
 
     def read(b):
         n = lens[b] + (1 if v.new_token else 0)
-        slots = [slot(b, p) for p in range(n)]
+        first = int(tables[b, 0]) * bs
+        slots = [first + p if v.read == "contiguous" else slot(b, p) for p in range(n)]
         keys, values = flat_k[slots].transpose(0, 1), flat_v[slots].transpose(0, 1)  # (H, n, d)
         scores = (keys @ query[b][:, :, None])[..., 0]  # (H, n)
         if v.scale:
             scores = scores / math.sqrt(d)
-        chunk = -(-n // num_splits)
+        chunk = -(-n // num_splits) if v.split else n
         outs, lses, lengths = [], [], []
         for start in range(0, n, chunk):
             s = scores[:, start : start + chunk]
@@ -132,6 +149,13 @@ def paged_forward(args, v: PagedVariant, state: bool = False):
             outs.append((p[:, None, :] @ values[:, start : start + chunk])[:, 0] / total[:, None])
             lses.append(m + torch.log(total))
             lengths.append(s.shape[-1])
+        if v.decode_merge != "merge_partials":  # merged in paged_decode itself, each chunk weighted by its length
+            share = torch.tensor(lengths, dtype=scores.dtype)[:, None]
+            lse_s = torch.stack(lses)
+            if v.decode_merge == "by_length_and_lse":
+                share = share * torch.exp(lse_s - lse_s.amax(dim=0))
+            merged = (share[..., None] * torch.stack(outs)).sum(dim=0) / share.sum(dim=0)[..., None]
+            return merged, torch.logsumexp(lse_s, dim=0)
         return _merge(torch.stack(outs), torch.stack(lses), v, lengths)
 
     if v.order == "attend_first" or not v.written:  # the right outputs, and the pool as this variant writes it
@@ -200,14 +224,17 @@ def read_back(case: Case, outputs: dict) -> dict:
 # cases
 
 
-def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_dim=8, scale=1.0, reverse=False):
+def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_dim=8, high=0.0, reverse=False):
     """``seqs``: (cached tokens, labels of its blocks) per sequence; a label shared by two sequences is one block
-    in the pool. The labels get physical blocks at random (or from the top of the pool down, ``reverse``); every
+    in the pool. The labels get physical blocks at random (or from the top of the used blocks down, ``reverse``); every
     slot of every used block holds random data (past a sequence's length: another sequence's tokens or stale
     ones), every free block the same stale data."""
     labels = list(dict.fromkeys(label for _, seq_labels in seqs for label in seq_labels))
-    num_blocks = len(labels) + len(seqs) + spare  # room for a new block or a copy per sequence
-    order = list(range(num_blocks))[::-1] if reverse else torch.randperm(num_blocks, generator=g).tolist()
+    used = len(labels) + len(seqs) + spare  # room for a new block or a copy per sequence
+    # free blocks above every block a table lists: a read running on from a sequence's first block (a mistake)
+    # stays inside the pool on every draw, whatever its indexing
+    num_blocks = used + -(-max(n + 1 for n, _ in seqs) // block_size)
+    order = list(range(used))[::-1] if reverse else torch.randperm(used, generator=g).tolist()
     physical = dict(zip(labels, order[: len(labels)], strict=True))
     width = max(-(-(n + 1) // block_size) for n, _ in seqs)
     tables = torch.full((len(seqs), width), -1, dtype=torch.long)
@@ -215,22 +242,28 @@ def paged_case(name, g, block_size, seqs, num_splits, *, spare=3, heads=2, head_
         assert len(seq_labels) == -(-n // block_size), (name, b)
         tables[b, : len(seq_labels)] = torch.tensor([physical[label] for label in seq_labels])
     shape = (num_blocks, block_size, heads, head_dim)
-    key_pool, value_pool = torch.randn(shape, generator=g) * scale, torch.randn(shape, generator=g)
+    key_pool, value_pool = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     free = [block for block in range(num_blocks) if block not in physical.values()]
-    stale_k, stale_v = torch.randn(shape[1:], generator=g) * scale, torch.randn(shape[1:], generator=g)
+    stale_k, stale_v = torch.randn(shape[1:], generator=g), torch.randn(shape[1:], generator=g)
     key_pool[free], value_pool[free] = stale_k, stale_v
-    query = torch.randn(len(seqs), heads, head_dim, generator=g) * scale
-    new_keys = torch.randn(len(seqs), heads, head_dim, generator=g) * scale
+    query = torch.randn(len(seqs), heads, head_dim, generator=g)
+    new_keys = torch.randn(len(seqs), heads, head_dim, generator=g)
+    if high:  # every score ``high`` plus an ordinary one (a shared direction of q and k): exp overflows, while the
+        # weights keep the spread of an ordinary case, so that every other mistake shows as it does there
+        query[..., 0] = 10.0
+        for keys in (key_pool, new_keys):
+            keys[..., 0] = high * math.sqrt(head_dim) / 10.0
     new_values = torch.randn(len(seqs), heads, head_dim, generator=g)
     seq_lens = torch.tensor([n for n, _ in seqs], dtype=torch.long)
     args = (query, new_keys, new_values, key_pool, value_pool, tables, seq_lens, num_splits)
-    call = Call(args, seed=draw_seed(g), state=STATE)
+    longest = max(n for n, _ in seqs) + 1  # keys of the longest row: a softmax over so many never split them
+    call = Call(args, seed=draw_seed(g), state=STATE, split_check=("merge_partials", longest))
     return Case(
         name,
         {"block_size": block_size, "num_splits": num_splits},
         {},
         [call],
-        meta={"tol": (2e-3, 2e-4)} if scale != 1.0 else {},
+        meta={"tol": (2e-3, 2e-4)} if high else {},
     )
 
 
@@ -286,7 +319,7 @@ def cases(g) -> list[Case]:
             3,
             [(7, "abc"), (4, "de")],
             3,
-            scale=10.0,
+            high=300.0,
         ),
         merge_case("merge_partials alone: 4 chunks whose lses lie hundreds apart, rows 300 apart", g),
     ]
@@ -300,7 +333,13 @@ def expected(case: Case, variant: PagedVariant) -> dict:
             out, lse = _merge(outs, lses, variant)
             return {"step1.out": out, "step1.lse": lse}
         out, lse, state = paged_forward(case.calls[0].args, variant, state=True)
-        return {"step1.out": out, "step1.lse": lse, **_tokens_after(case, *state)}
+        # the keys split: every case's longest row holds more than one chunk of them
+        return {
+            "step1.out": out,
+            "step1.lse": lse,
+            **_tokens_after(case, *state),
+            "step1.split": torch.tensor(1.0 if variant.split else 0.0),
+        }
 
 
 def mutants() -> list:
@@ -324,6 +363,13 @@ def mutants() -> list:
         mutant(M_MERGE_FIRST, replace(ok, merge="first")),
         mutant(M_MERGE_BY_LENGTH, replace(ok, merge="by_length"), paired=False),
         mutant(M_NO_SCALE, replace(ok, scale=False)),
+        mutant(M_WRITE_OLD, replace(ok, write_to="old_shared")),
+        mutant(M_WRITE_OLD, replace(ok, write_to="old")),
+        mutant(M_READ_CONTIGUOUS, replace(ok, read="contiguous")),
+        # merged in paged_decode itself (merge_partials left unused): named by the outputs, whatever the lse beside
+        mutant(M_DECODE_BY_LENGTH, replace(ok, decode_merge="by_length"), outputs_only=True),
+        mutant(M_DECODE_BY_LENGTH, replace(ok, decode_merge="by_length_and_lse"), outputs_only=True),
+        mutant(M_NO_SPLIT, replace(ok, split=False), paired=False),  # last: its outputs are right
     ]
 
 
@@ -398,6 +444,39 @@ TEXTS: dict[str, tuple[str, str]] = {
         "exp(lse_i - max lse) and divide by the sum of the weights",
         "各块的输出按块的长度（键的个数）加权了：一个块在 softmax 里所占的份额是它在 exp(分数) 总和中所占的份额，"
         "不是它在键里所占的份额；要用 exp(lse_i - max lse) 给每个 out_i 加权，再除以权重之和",
+    ),
+    "mutant.decode_never_splits": (
+        "the outputs are right, but the keys were not attended split-K: one softmax ran over all the keys of a "
+        "row, and merge_partials never merged two partials; cut each sequence's keys into chunks of "
+        "ceil(n / num_splits), compute each chunk's (out_i, lse_i) and merge them with merge_partials, as "
+        "FlashDecoding does so that the chunks can run in parallel",
+        "输出是对的，但没有按 split-K 计算注意力：对一行的全部键做了一次 softmax，merge_partials 也从没合并过两个"
+        "部分结果；应当把每条序列的键切成长度为 ceil(n / num_splits) 的块，算出每块的 (out_i, lse_i)，再用 "
+        "merge_partials 合并，FlashDecoding 正是这样让各块并行计算的",
+    ),
+    "mutant.written_into_the_old_block": (
+        "the new token was written into the block the table listed before the step: after copy-on-write (or taking "
+        "a fresh block) the table points to the new block, so the token must go there; writing the shared block "
+        "anyway changes the other sequence's tokens and leaves this one's copy without its new token (recompute the "
+        "slot after updating block_tables)",
+        "新 token 写进了这一步之前块表里列的那个块：写时复制（或取了空闲块）之后，块表指向的是新块，token 应当写到"
+        "新块里；照旧写进共享块，会改掉另一条序列的 token，而本序列的副本里却没有这个新 token（更新 block_tables 之后"
+        "要重新算槽位）",
+    ),
+    "mutant.read_contiguously_from_the_first_block": (
+        "the new token was written through the block table, but the keys were read contiguously from the first "
+        "block onwards (slot = block_tables[b, 0] * block_size + pos): a sequence's blocks lie anywhere in the pool; "
+        "read each position from its own block, block_tables[b, pos // block_size]",
+        "新 token 是按块表写的，但读键时却从第一个块开始连续往后读（slot = block_tables[b, 0] * block_size + pos）："
+        "一条序列的块可以散落在池中任何位置；每个位置都要从它自己的块读，block_tables[b, pos // block_size]",
+    ),
+    "mutant.decode_merge_weighted_by_length": (
+        "paged_decode merged the chunks itself, weighting them by their lengths (numbers of keys): a chunk's share "
+        "of the softmax is the share of the sum of exp(scores) it holds, not its share of the keys; merge the chunks' "
+        "(out_i, lse_i) with merge_partials, which weights each by exp(lse_i - max lse)",
+        "paged_decode 自己合并了各块，并按块的长度（键的个数）加权：一个块在 softmax 里所占的份额是它在 exp(分数) "
+        "总和中所占的份额，不是它在键里所占的份额；应当用 merge_partials 合并各块的 (out_i, lse_i)，它按 "
+        "exp(lse_i - max lse) 给每块加权",
     ),
     "mutant.merge_wrong_lse": (
         "the merged lse is the largest lse_i: it is max + log(sum of the weights exp(lse_i - max))",

@@ -9,10 +9,12 @@ it cannot count them: the caller passes the position of ``x``'s first token, ``s
 Hugging Face's ``cache_position``). Every misconception is a flag of one reference computation (``WindowVariant``),
 run on the grader's parameters and inputs; the verdict names the variant the learner reproduces.
 
-The ring is read by role and shape (``read_back``): a module that keeps it in another order of those four axes, or its
-slots in another order (Mistral's ``p % window``, oldest first), holds the same tokens and is read as the contract's
-layout; the past it did not produce is its own ring rescaled (``Call.past_scale``), so any such layout is handed one
-it can read.
+The ring's layout is the contract's because another party makes the rings a module is handed (the server's cache
+manager, another process): a case hands a fresh module a ring the grader made, at a ``start_pos`` the module never saw,
+so a module that reads only the layout it writes, or counts positions itself, is caught. The ring a module returns is
+read by role and shape (``read_back``): kept in another order of those four axes, or its slots in another order
+(Mistral's ``p % window``, oldest first), it holds the same tokens, is read as the contract's layout so that its other
+mistakes are still named, and is itself named (``step<i>.layout``, 0 where the ring had to be reordered).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class WindowVariant:
     own_cache: bool = False  # attends to what it cached itself, whatever past it is handed
     cache: str = "ring"  # ring | raw_keys (keys cached before RoPE, rotated when read) | grows (torch.cat) |
     # scaled_keys (keys cached divided by sqrt(head_dim), multiplied back when read: a ring of other numbers)
+    positions: str = "caller"  # caller (start_pos) | own_count (the tokens it saw since its last call without a past)
+    layout: str = "contract"  # contract | present_other (the present in another order of axes or slots, right
+    # otherwise) | own_only (works only with a ring it wrote itself: what it makes of the grader's ring is its own)
 
 
 def slot_of(position: int, window: int, num_sinks: int) -> int:
@@ -145,6 +150,25 @@ def window_forward(p, x, cfg, v: WindowVariant, past=None, use_cache=False, star
 
 
 RING_META = {"present_names": ("keys", "values"), "cache_layout": "compare.ring_layout"}
+GIVEN = "a ring the grader made (in the contract's layout) handed to a fresh module"  # the case's title begins so
+
+
+def _chunked_calls(g, x, chunks, first_past=None, first_pos=0) -> list[Call]:
+    """``x`` fed in ``chunks`` through the cache: the first call handed ``first_past`` (None: a new sequence), each
+    later one the previous present, each saying where its tokens start (``first_pos`` for the first)."""
+    calls, start = [], 0
+    for i, size in enumerate(chunks):
+        calls.append(
+            Call(
+                x[:, start : start + size],
+                seed=draw_seed(g),
+                past=i - 1 if i else first_past,
+                use_cache=True,
+                kwargs={"start_pos": first_pos + start},
+            )
+        )
+        start += size
+    return calls
 
 
 def _case(name, g, batch, chunks, *, full=True, rescaled=False, **ctor):
@@ -154,18 +178,7 @@ def _case(name, g, batch, chunks, *, full=True, rescaled=False, **ctor):
     not produce (a module that keeps its own state fails), in the layout the module keeps."""
     params = random_params(projection_shapes(ctor), g)
     x = torch.randn(batch, sum(chunks), ctor["d_in"], generator=g)
-    calls, start = [], 0
-    for i, size in enumerate(chunks):
-        calls.append(
-            Call(
-                x[:, start : start + size],
-                seed=draw_seed(g),
-                past=i - 1 if i else None,
-                use_cache=True,
-                kwargs={"start_pos": start},
-            )
-        )
-        start += size
+    calls = _chunked_calls(g, x, chunks)
     if rescaled:
         scales = torch.rand(2, generator=g)
         calls[-1].past_scale = (0.4 + 0.4 * float(scales[0]), -1.0 - float(scales[1]))  # keys, values
@@ -181,6 +194,18 @@ def _filling_sinks_case(name, g, **ctor):
     first = int(torch.randint(1, num_sinks, (1,), generator=g))  # 1 .. num_sinks - 1
     longer = int(torch.randint(window + 1, window + 4, (1,), generator=g))  # window + 1 .. window + 3
     return _case(name, g, 2, [first, 1, longer, 1, 1], **ctor)
+
+
+def _given_ring_case(name, g, n_past, chunks, **ctor):
+    """A fresh module handed, on its first call, the ring the grader's reference made of ``n_past`` tokens of another
+    prompt, at ``start_pos = n_past``; then ``chunks`` more tokens, each call passing the previous present back."""
+    params = random_params(projection_shapes(ctor), g)
+    prompt = torch.randn(2, n_past, ctor["d_in"], generator=g)
+    with torch.no_grad():
+        _, given = window_forward(params, prompt, ctor, WindowVariant(), None, True, start_pos=0)
+    x = torch.randn(2, sum(chunks), ctor["d_in"], generator=g)
+    calls = _chunked_calls(g, x, chunks, first_past="given", first_pos=n_past)
+    return Case(name, ctor, params, calls, kind="cache", given_past=given, meta={**RING_META, "given_x": prompt})
 
 
 def cases(g) -> list[Case]:
@@ -258,6 +283,19 @@ def cases(g) -> list[Case]:
             num_sinks=3,
             rope_base=10000.0,
         ),
+        _given_ring_case(
+            GIVEN + ": 11 tokens of another prompt (window 4, 2 sinks, the ring wrapped around), start_pos 11, then "
+            "2 and 1 new tokens",
+            g,
+            11,
+            [2, 1],
+            d_in=6,
+            d_out=8,
+            num_heads=2,
+            window=4,
+            num_sinks=2,
+            rope_base=10000.0,
+        ),
         _case(
             "a ring the module did not produce: its own after 13 tokens (window 4, 2 sinks) with its keys and values "
             "rescaled, then 2 new tokens",
@@ -278,17 +316,29 @@ def cases(g) -> list[Case]:
 
 def expected(case: Case, variant: WindowVariant) -> dict:
     """{name: tensor or None}, named as the harness names the learner's outputs: step<i>.out, .keys, .values."""
+    if (variant.layout == "own_only" or variant.own_cache) and case.given_past is not None:
+        return {}  # what a module in its own layout (or keeping its own ring) makes of the grader's ring is its own
     with torch.no_grad():
         outs: dict[str, torch.Tensor | None] = {}
         presents: dict[int, tuple[torch.Tensor, ...] | None] = {}  # call index -> the cache it returned
+        seen = 0  # the tokens a module counting positions itself has seen (since its last call without a past)
         for i, call in enumerate(case.calls):
             case.meta["step"] = i + 1
-            past = presents[call.past] if isinstance(call.past, int) else None
+            past = (
+                presents[call.past] if isinstance(call.past, int) else case.given_past if call.past == "given" else None
+            )
             if past is not None and call.past_scale is not None and not variant.own_cache:
                 past = tuple(part * scale for part, scale in zip(past, call.past_scale, strict=True))
-            out, present = window_forward(case.params, call.x, case.ctor, variant, past, call.use_cache, **call.kwargs)
+            kwargs = dict(call.kwargs)
+            if variant.positions == "own_count":
+                seen = 0 if past is None else seen
+                kwargs["start_pos"] = seen
+                seen += call.x.shape[1]
+            out, present = window_forward(case.params, call.x, case.ctor, variant, past, call.use_cache, **kwargs)
             outs[f"step{i + 1}.out"] = out
             outs[f"step{i + 1}.keys"], outs[f"step{i + 1}.values"] = (None, None) if present is None else present
+            if call.use_cache and variant.layout == "contract":  # a mistaken layout's flags: whatever they are
+                outs[f"step{i + 1}.layout"] = torch.tensor(1.0)
             presents[i] = present
         return outs
 
@@ -305,6 +355,9 @@ M_SINKS_FIRST_CALL = Mistake("sinks_written_on_first_call_only")
 M_RAW_KEYS = Mistake("ring_keys_cached_before_rope")
 M_GROWS = Mistake("ring_cache_grows")
 M_UNREADABLE = Mistake("ring_layout_unreadable")
+M_PRESENT_LAYOUT = Mistake("ring_present_in_other_layout")
+M_ONLY_OWN = Mistake("ring_read_only_its_own")
+M_OWN_COUNT = Mistake("positions_counted_by_module")
 
 
 def mutants() -> list:
@@ -324,7 +377,12 @@ def mutants() -> list:
         mutant(M_SINKS_FIRST_CALL, replace(ok, sink_writes="first_call")),
         mutant(M_RAW_KEYS, replace(ok, cache="raw_keys")),
         mutant(M_GROWS, replace(ok, cache="grows")),
+        mutant(M_OWN_COUNT, replace(ok, positions="own_count")),
         mutant(M_IGNORES_PAST, replace(ok, own_cache=True), outputs_only=True),
+        # what a module returning its ring in another layout, or reading only its own, is named by: everything
+        # right on its own rings, the layout flags whatever they are (the cases where it is named list them)
+        mutant(M_PRESENT_LAYOUT, replace(ok, layout="present_other"), paired=False),
+        mutant(M_ONLY_OWN, replace(ok, layout="own_only"), paired=False),
         # last: the outputs are right, the ring holds other numbers (or is in no layout read by role and shape)
         mutant(M_UNREADABLE, replace(ok, cache="scaled_keys"), outputs_only=True),
     ]
@@ -383,6 +441,37 @@ TEXTS: dict[str, tuple[str, str]] = {
         "(b, num_heads, num_sinks + window, head_dim) 的张量（各维顺序不限），每个槽放一个 token（槽的顺序不限）："
         "汇聚点和最近的 window 个 token，键是旋转之后的，还没写过的槽为零",
     ),
+    "mutant.ring_present_in_other_layout": (
+        "the present holds the right tokens, but not in the contract's layout (its axes, or which slot holds which "
+        "position): whoever is handed this ring (the next call, the server's cache manager, another process) reads "
+        "it as the contract lays it out: (b, num_heads, num_sinks + window, head_dim), position p < num_sinks in "
+        "slot p, a later one in slot num_sinks + (p - num_sinks) % window",
+        "present 里的 token 是对的，但布局不是接口约定的（维度顺序，或哪个槽放哪个位置）：拿到这个环形缓冲区的一方"
+        "（下一次调用、推理服务的缓存管理器、另一个进程）会按约定的布局去读：(b, num_heads, num_sinks + window, "
+        "head_dim)，位置 p < num_sinks 放在槽 p，之后的放在槽 num_sinks + (p - num_sinks) % window",
+    ),
+    "mutant.ring_read_only_its_own": (
+        "the module works only with a ring it wrote itself: handed a ring the grader filled in the contract's layout, "
+        "at a start_pos it never saw, it computes something else. A ring is also made by others (the server's cache "
+        "manager, another process): read it as the contract lays it out, (b, num_heads, num_sinks + window, "
+        "head_dim), position p < num_sinks in slot p, a later one in slot num_sinks + (p - num_sinks) % window, and "
+        "take the positions from start_pos",
+        "模块只能处理它自己写的环形缓冲区：交给它一个评分器按接口约定布局填好的环形缓冲区、一个它没见过的 start_pos，"
+        "它就算出了别的结果。环形缓冲区也会由别人（推理服务的缓存管理器、另一个进程）做好再交给模块：要按约定的布局"
+        "读它，(b, num_heads, num_sinks + window, head_dim)，位置 p < num_sinks 放在槽 p，之后的放在槽 "
+        "num_sinks + (p - num_sinks) % window，位置则取自 start_pos",
+    ),
+    "mutant.positions_counted_by_module": (
+        "the module counts the positions itself (a counter of the tokens it saw) instead of taking start_pos: handed "
+        "a ring it did not fill, at a start_pos it never saw, it rotates and masks the new tokens at the wrong "
+        "positions; the caller's start_pos is the position of x's first token",
+        "模块自己数位置（记下见过多少个 token），而不是用 start_pos：交给它一个不是它填的环形缓冲区、一个它没见过的 "
+        "start_pos 时，它就按错误的位置去旋转和遮挡新 token；调用者给的 start_pos 就是 x 第一个 token 的位置",
+    ),
+    "compare.not_layout": (
+        "{step}: present is not in the contract's layout (the grader had to reorder its axes or slots to read it)",
+        "{step}：present 的布局不是接口约定的（评分器要重排它的维度或槽位才读得懂）",
+    ),
     "compare.ring_layout": (
         " (the ring: b, num_heads, num_sinks + window, head_dim)",
         "（环形缓冲区：b, num_heads, num_sinks + window, head_dim）",
@@ -418,6 +507,9 @@ TEXTS: dict[str, tuple[str, str]] = {
             "a ring the module did not produce: its own after 13 tokens (window 4, 2 sinks) with its keys and values "
             "rescaled, then 2 new tokens": "一个不是由该模块产生的环形缓冲区：它自己见过 13 个 token 之后的缓存"
             "（窗口 4，2 个汇聚点），键和值各乘上一个系数，再输入 2 个新 token",
+            GIVEN + ": 11 tokens of another prompt (window 4, 2 sinks, the ring wrapped around), start_pos 11, then "
+            "2 and 1 new tokens": "评分器做好的环形缓冲区（接口约定的布局）交给一个新建的模块：另一段提示的 11 个 "
+            "token（窗口 4，2 个汇聚点，环形缓冲区已绕回），start_pos 为 11，再输入 2 个和 1 个新 token",
         }
     ),
 }
@@ -469,16 +561,22 @@ def _slot_order(keys, values, need_keys, need_values) -> list[int] | None:
 
 def _read(outputs: dict, steps: list[str], axes, need: dict | None) -> dict | None:
     """``outputs`` with each step's ring in the contract's layout: its axes in order, its slots in the order of
-    ``need``'s ring (as they are without ``need``); None when a slot of ``need`` is found nowhere."""
+    ``need``'s ring (as they are without ``need``); None when a slot of ``need`` is found nowhere. Each step's
+    ``layout`` says whether its ring was already in that layout (1) or had to be reordered (0)."""
     read = dict(outputs)
     for step in steps:
         keys, values = (outputs[f"{step}.{part}"].permute(axes) for part in ("keys", "values"))
+        moved = axes != tuple(range(4))
         if need is not None:
             order = _slot_order(keys, values, need[f"{step}.keys"], need[f"{step}.values"])
             if order is None:
                 return None
+            moved = moved or order != _slot_order(
+                need[f"{step}.keys"], need[f"{step}.values"], need[f"{step}.keys"], need[f"{step}.values"]
+            )
             keys, values = keys[:, :, order], values[:, :, order]
         read[f"{step}.keys"], read[f"{step}.values"] = keys.contiguous(), values.contiguous()
+        read[f"{step}.layout"] = torch.tensor(0.0 if moved else 1.0)
     return read
 
 
@@ -500,6 +598,7 @@ def read_back(case: Case, outputs: dict) -> dict:
     mistake's case holds, is read as that mistake's; one no order of axes gives the contract's shape stays as it is
     (the verdict says its shape)."""
     steps = [f"step{i + 1}" for i, call in enumerate(case.calls) if call.use_cache]
+    outputs = {**outputs, **{f"{step}.layout": torch.tensor(1.0) for step in steps}}  # unless reordered below
     orders = _axis_orders(case, [outputs.get(f"{step}.{part}") for step in steps for part in ("keys", "values")])
     right = _expected_of(case, EXERCISE.correct)
     for axes in orders:
@@ -510,7 +609,7 @@ def read_back(case: Case, outputs: dict) -> dict:
         return outputs
     for v in [m.variant for m in mutants() if not m.outputs_only]:  # its axes in another order, and a mistake
         need = _expected_of(case, v)
-        if need is None:
+        if not need:
             continue
         for axes in orders:
             read = _read(outputs, steps, axes, need)

@@ -3,7 +3,7 @@
 the process's memory may rise), reported as the flag ``step1.tiled``; the arguments it writes into (``state``), read
 back after the call; another function of the contract called instead (``helper``, graded on cases of its own).
 
-Exercises 09 and 13 are of this kind, their cases built with ``Call`` below."""
+Exercises 09, 13, 17a and 17b are of this kind, their cases built with ``Call`` below."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ from . import Kind
 
 # its texts, key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
+    "compare.not_split": (
+        "{step}: the keys were not split: a softmax over all the keys of a row, and no merge of two partials",
+        "{step}：键没有被切分：对一行的全部键做了 softmax，也没有合并过两个部分结果",
+    ),
     "compare.not_tiled": (
         "{step}: not tiled: more memory than tiles need (the full score matrix, or a (block, n_k) "
         "row strip of it, was built); compute the scores one (block_size, block_size) tile at a time",
@@ -36,12 +40,18 @@ class Call:
     state: tuple[tuple[str, int], ...] = ()  # the arguments it writes into: (name, index in args), each read back
     # after the call from the copy the learner's function was handed, as the output step1.<name>
     helper: str | None = None  # the contract's other function called instead, found beside the graded one
+    split_check: tuple[str, int] | None = None  # a call that splits its keys (exercise 13): (the contract's merge,
+    # found beside the graded function; the keys of the longest row). step1.split = 0 when the call never had the
+    # merge combine two partials and ran a softmax (or logsumexp) over that many keys at once
 
 
 class Words(diagnose.Words):
     def flag(self, name: str) -> Msg | None:
         step, _, label = name.partition(".")
-        return Msg("compare.not_tiled", step=step) if label == "tiled" else None
+        return Msg("compare.not_" + label, step=step) if label in ("tiled", "split") else None
+
+    def bound(self, name: str) -> bool:
+        return name.endswith(".tiled")
 
 
 class Function(Kind):
@@ -51,6 +61,7 @@ class Function(Kind):
 
     def expected_names(self, case):
         names = {"repeat.out", "step1.out", "step1.lse", "step1.tiled"}
+        names |= {"step1.split" for call in case.calls if call.split_check}
         return names | {f"step1.{name}" for call in case.calls for name, _ in call.state}
 
     def called(self, ex, case):

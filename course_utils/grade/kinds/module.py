@@ -18,7 +18,7 @@ from torch import nn
 from .. import diagnose
 from ..diagnose import ATOL, RTOL, cached_outputs
 from ..escape import one_line, printable
-from ..messages import Msg, joined
+from ..messages import Msg, joined, table
 from ..records import BadResult
 from ..sandbox import dialects
 from ..types import Case as BaseCase
@@ -115,8 +115,9 @@ TEXTS: dict[str, tuple[str, str]] = {
         "其余的乘以 1/(1-p)）",
     ),
     "mutant.dropout_on_output": (
-        "dropout applied to the output instead of the attention weights",
-        "dropout 作用在了输出上，应当作用在注意力权重上",
+        "dropout applied to the output instead of the attention weights (a dropout after the output projection "
+        "may come in addition, not instead)",
+        "dropout 作用在了输出上，应当作用在注意力权重上（输出投影之后可以再加一个 dropout，但不能代替它）",
     ),
     "mutant.dropout_on_values": (
         "dropout applied to the values: every query then loses the same keys; dropout acts on the attention "
@@ -153,6 +154,19 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{assumed}; constructor: {mapping}; parameters: {placement}",
         "{assumed}；构造参数：{mapping}；参数位置：{placement}",
     ),
+    "assumed.output_dropout": (
+        "{assumed}; the dropout after the output projection (as nanoGPT's resid_dropout) was left out of the "
+        "training-mode check: it is a legitimate place for one, and the check is about the dropout on the attention "
+        "weights",
+        "{assumed}；输出投影之后的 dropout（如 nanoGPT 的 resid_dropout）没有计入训练模式的检查：那里放 dropout "
+        "是合理的，这项检查看的是注意力权重上的 dropout",
+    ),
+    "assumed.output_dropout_alone": (
+        "the dropout after the output projection (as nanoGPT's resid_dropout) was left out of the training-mode "
+        "check: it is a legitimate place for one, and the check is about the dropout on the attention weights",
+        "输出投影之后的 dropout（如 nanoGPT 的 resid_dropout）没有计入训练模式的检查：那里放 dropout 是合理的，"
+        "这项检查看的是注意力权重上的 dropout",
+    ),
     "bad.dialect": ("dialect is not a mapping", "dialect 不是字典"),
     "bad.dialect_fields": ("malformed dialect", "dialect 的格式不对"),
 }
@@ -184,7 +198,10 @@ def dropout_problem(case: Case, outputs: dict):
         return None  # the output check reports this
     p = float(case.ctor["dropout"])
     if torch.allclose(tr, ev, rtol=RTOL, atol=ATOL):
-        return DROPOUT_IGNORED.key, DROPOUT_IGNORED.message
+        # the only dropout the module had was the one after its output projection (left out in interview mode)
+        left_out = isinstance(outputs.get("step2.out_dropout"), torch.Tensor)
+        mistake = DROPOUT_ON_OUTPUT if left_out else DROPOUT_IGNORED
+        return mistake.key, mistake.message
 
     def dropped_weights(e, t):
         kept_value = (t - e / (1 - p)).abs() <= 1e-4 + 1e-3 * e.abs()
@@ -355,7 +372,15 @@ class Words(diagnose.Words):
 
     def flag(self, name: str) -> Msg | None:
         step, _, label = name.partition(".")
-        return Msg(FLAGS[label], step=step) if label in FLAGS else None
+        if label in FLAGS:
+            return Msg(FLAGS[label], step=step)
+        own = "compare.not_" + label  # a flag the exercise's read_back adds (exercise 12's layout): its own words
+        if self.exercise is not None and self.exercise.home and own in table(self.exercise.home):
+            return self.exercise.text(own, step=step)
+        return None
+
+    def bound(self, name: str) -> bool:
+        return name.partition(".")[2] in FLAGS
 
     def lenient_nan(self, name: str) -> bool:
         return ".grad." in name
@@ -401,6 +426,8 @@ class Module(Kind):
                 names.add(f"step{i}.{call.bound_label}")
             if call.use_cache is not None:
                 names |= {f"step{i}.{present[0]}", f"step{i}.{present[1]}"}
+            if call.train:  # interview mode: a dropout after the output projection was left out of this call
+                names.add(f"step{i}.out_dropout")
             if call.grad is not None:
                 names.add(f"step{i}.grad.x")
                 names |= {f"step{i}.grad.{p}" for p in case.params}
@@ -421,6 +448,11 @@ class Module(Kind):
         if case.kind != "train":
             return False, None
         return True, dropout_problem(case, outputs)
+
+    def verdict(self, ex, records, cases, refusals=None, assumed=None):
+        if any(name.endswith(".out_dropout") for rec in records for name in rec.get("outputs", {})):
+            assumed = Msg("assumed.output_dropout", assumed=assumed) if assumed else Msg("assumed.output_dropout_alone")
+        return super().verdict(ex, records, cases, refusals, assumed)
 
     def refusal(self, ex, call):
         own = super().refusal(ex, call)

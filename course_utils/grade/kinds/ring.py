@@ -3,7 +3,7 @@ contract's second function (``exchange``). Cases of one step run as the function
 ``ranks`` runs the whole ring on that many real processes (``sandbox/kinds/ranks.py``: forked ranks, gloo on
 loopback, a deadlock stopped after a few seconds): the call's args are (q, k, v chunks per rank, seq_len, layout,
 causal), and the outputs rank<r>.out, rank<r>.lse and rank<r>.recv<t>.k/.v (what rank r received before ring step
-t).
+t), and the flag rank<r>.p2p (1: its exchanges were point to point with its neighbours, no collective).
 
 Exercise 15 is of this kind."""
 
@@ -23,6 +23,12 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "label.received_k": ("the keys", "键"),
     "label.received_v": ("the values", "值"),
+    "compare.not_p2p": (
+        "{step}: ring_exchange went through a collective (or a rank other than its two neighbours): a ring passes "
+        "each chunk to rank + 1 with point-to-point sends and receives",
+        "{step}：ring_exchange 用了集合通信（或与两个邻居之外的 rank 通信）：环是用点对点的发送和接收把每个块传给 "
+        "rank + 1",
+    ),
 }
 
 
@@ -50,6 +56,10 @@ class Words(function.Words):
             return Msg("label.received", rank=step[4:], step=what[4:], what=Msg("label.received_" + kv))
         return Msg("label.rank", rank=step[4:], what=self.what(what))
 
+    def flag(self, name: str) -> Msg | None:
+        step, _, label = name.partition(".")  # rank<r>.p2p: its exchanges point to point with its neighbours
+        return Msg("compare.not_p2p", step=step) if step.startswith("rank") and label == "p2p" else super().flag(name)
+
 
 class Ring(function.Function):
     name = "ring"
@@ -59,7 +69,7 @@ class Ring(function.Function):
         names = super().expected_names(case)
         for call in case.calls:
             for r in range(call.ranks or 0):  # each rank's result and the chunks it received
-                names |= {f"rank{r}.out", f"rank{r}.lse"}
+                names |= {f"rank{r}.out", f"rank{r}.lse", f"rank{r}.p2p"}
                 names |= {f"rank{r}.recv{t}.{kv}" for t in range(1, call.ranks) for kv in "kv"}
         return names
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import inspect
 import re
+from itertools import permutations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from .texts import Said, said
 
@@ -117,8 +120,8 @@ class Config:
         values.update(
             attention_dropout=ctor["dropout"],
             attention_probs_dropout_prob=ctor["dropout"],
-            resid_pdrop=0.0,
-            resid_dropout=0.0,
+            resid_pdrop=ctor["dropout"],
+            resid_dropout=ctor["dropout"],
             n_layer=1,
             num_key_value_heads=ctor["num_heads"],
             is_causal=True,
@@ -206,7 +209,6 @@ def build(cls, ctor: dict, square: bool = True):
     positional = [p for p in params if p.kind == p.POSITIONAL_ONLY]
     args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
     module = cls(*args, **kwargs)
-    _no_residual_dropout(module)
     _materialize(module, ctor["d_out"] if square else ctor["d_in"])
     return module, name
 
@@ -222,17 +224,6 @@ def _materialize(module, d_in: int) -> None:
     x = torch.zeros(1, 2, d_in)
     with torch.no_grad():
         module(x) if style == "x" else module(x, x, x)
-
-
-_RESIDUAL_DROPOUT = ("resid", "proj_drop", "out_drop", "output_drop", "hidden_drop")
-
-
-def _no_residual_dropout(module) -> None:
-    """Switch off a dropout on the block's output (nanoGPT's resid_dropout): the exercise's dropout is the one on
-    the attention weights, and a config object gives both the same p."""
-    for name, sub in module.named_modules():
-        if isinstance(sub, torch.nn.Dropout) and any(part in name.lower() for part in _RESIDUAL_DROPOUT):
-            sub.p = 0.0
 
 
 def adapter_hint(name: str, names: list) -> str:
@@ -395,16 +386,74 @@ def make_mask(kind: int, batch: int, tokens: int, shape: str):
     return m
 
 
+class _Dropouts(TorchFunctionMode):
+    """Records every dropout a forward applies (nn.Dropout, F.dropout, torch.dropout), in order; the one numbered
+    ``skip`` is left out (its input passed through)."""
+
+    def __init__(self, skip: int | None = None):
+        super().__init__()
+        self.results: list = []  # (result, whether it dropped anything: p > 0 in training)
+        self.skip = skip
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _DROPOUT_FUNCTIONS or not args:
+            return func(*args, **kwargs)
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        out = args[0] if len(self.results) == self.skip else func(*args, **kwargs)
+        self.results.append((out, bool(training) and float(p) > 0))
+        return out
+
+
+_DROPOUT_FUNCTIONS = (F.dropout, torch.dropout)  # nn.Dropout's forward is F.dropout
+
+
+def _same_tensor(a, b) -> bool:
+    if a is b:
+        return True
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.data_ptr() == b.data_ptr()
+    )
+
+
 class Caller:
-    """Calls the candidate's module as its forward expects, with the mask convention that makes it causal."""
+    """Calls the candidate's module as its forward expects, with the mask convention that makes it causal.
+
+    In training mode, a dropout whose result is what the module returns (nanoGPT's resid_dropout after c_proj,
+    lucidrains' to_out = Sequential(Linear, Dropout)) is found by what it is applied to, whatever its name, and
+    left out: a legitimate place for a dropout, beside the one on the attention weights that the exercise checks.
+    ``output_dropout`` says whether the last call left one out."""
 
     def __init__(self, module):
         self.module = module
         self.style, self.mask_arg = forward_style(module)
         self.kind, self.shape = 0, "square"
+        self.output_dropout = False
         _check_forward(module, self.style, self.mask_arg)
 
     def __call__(self, x):
+        self.output_dropout = False
+        if not getattr(self.module, "training", False):
+            return self._forward(x)
+        rng = torch.get_rng_state()
+        with _Dropouts() as seen:
+            out = self._forward(x)
+        main = out[0] if isinstance(out, (tuple, list)) and out else out
+        last = [i for i, (r, dropped) in enumerate(seen.results) if dropped and _same_tensor(r, main)]
+        if not last:
+            return out
+        torch.set_rng_state(rng)  # the same draws for the dropouts kept
+        with _Dropouts(skip=last[-1]):
+            out = self._forward(x)
+        self.output_dropout = True
+        return out
+
+    def _forward(self, x):
         args = (x,) if self.style == "x" else (x, x, x)
         mask = make_mask(self.kind, x.shape[0], x.shape[-2], self.shape)
         if self.kind and self.mask_arg:
@@ -575,7 +624,6 @@ def build_mapped(cls, ctor: dict, mapping: dict, square: bool = True):
     positional = [p for p in params if p.kind == p.POSITIONAL_ONLY]
     args = [kwargs.pop(p.name) for p in positional if p.name in kwargs]
     module = cls(*args, **kwargs)
-    _no_residual_dropout(module)
     _materialize(module, ctor["d_out"] if square else ctor["d_in"])
     names = [p.name for p in params]
     width = next((n for n in names if mapping.get(n) in ("width", "d_in")), None)
@@ -661,6 +709,7 @@ def _units(module, heads: int, inner: int):
     if set(own) - owned:
         return None
     units = _stack_heads(units, own, heads, inner)
+    units = _stacked_biases(units, own)
     for b in loose:  # a bare bias goes with the matrix of the same name (bo with Wo, b_O with W_O, q_bias with Wq)
         key = _bias_key(b)
         match = [u for u in units if _weight_key(u.name) == key and not u.biases]
@@ -668,6 +717,34 @@ def _units(module, heads: int, inner: int):
             return None
         match[0].biases = [b]
     return units
+
+
+def _stacked_biases(units, own):
+    """A 2-D parameter named as the bias of a 3-D one whose pieces it matches, one bias row per piece (b_qkv (3, d)
+    beside W_qkv (3, d, d), a per-head bias (heads, head_dim) beside a (heads, d, head_dim) weight): that unit's
+    biases, not a matrix of its own."""
+    pieces = [u for u in units if len(u.weights) == 1 and own[u.weights[0]].dim() == 3]
+    kept = []
+    for u in units:
+        t = own[u.weights[0]]
+        if len(u.weights) == 1 and t.dim() == 2 and not u.linear and _bias_key(u.name) != _plain_name(u.name):
+            match = [
+                w
+                for w in pieces
+                if _weight_key(w.name) == _bias_key(u.name)
+                and not w.biases
+                and own[w.weights[0]].shape[0] == t.shape[0]
+                and t.shape[1] in own[w.weights[0]].shape[1:]
+            ]
+            if len(match) == 1:
+                match[0].biases = [u.weights[0]]
+                continue
+        kept.append(u)
+    return kept
+
+
+def _plain_name(name: str) -> str:
+    return name.rsplit(".", 1)[-1].lower().replace("_", "")
 
 
 def _bias_key(name: str) -> str:
@@ -747,7 +824,8 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list[
 
                 found.append((r, f"per head{' (x @ W)' if transposed else ''}", per_head))
         return found
-    if len(shape) == 3:  # a per-head tensor
+    if len(shape) == 3:  # a per-head tensor, or projections stacked along a leading axis
+        found += _stacked_readings(shape, d_in, inner, d_out)
         if shape[0] != heads:
             return found
         for r in "qkv":
@@ -815,6 +893,34 @@ def _readings(unit, own, d_in: int, inner: int, d_out: int, heads: int) -> list[
 
                     shown = "[" + ";".join(order) + "]" if layout == "rows" else f"(heads, {n}, head_dim) {order}"
                     found.append((order, shown + how, fused))
+    return found
+
+
+def _stacked_readings(shape, d_in: int, inner: int, d_out: int) -> list[tuple[str, str, Fill]]:
+    """Projections stacked along a leading axis of one tensor (W[i] is one projection's matrix, b[i] its bias): two,
+    three or four of q, k, v and o in any order, each piece stored as nn.Linear stores it (used as F.linear(x, W[i]))
+    or transposed (used as x @ W[i]), placed by the shape of a piece."""
+    found: list[tuple[str, str, Fill]] = []
+    n = shape[0]
+    orders = {2: _ORDERS2, 3: _ORDERS3, 4: tuple("".join(p) for p in permutations("qkvo"))}.get(n, ())
+    for transposed in (False, True):
+        how = " (x @ W)" if transposed else ""
+
+        def piece(r, t=transposed):  # the shape of role r's piece as stored
+            rows, cols = (d_out, inner) if r == "o" else (inner, d_in)
+            return (cols, rows) if t else (rows, cols)
+
+        for order in orders:
+            if any(piece(r) != tuple(shape[1:]) for r in order):
+                continue
+
+            def stacked(book, order=order, t=transposed):
+                return (
+                    [torch.stack([book[r][0].T if t else book[r][0] for r in order])],
+                    [torch.stack([book[r][1] for r in order])],
+                )
+
+            found.append((order, "[" + ";".join(order) + "] stacked" + how, stacked))
     return found
 
 

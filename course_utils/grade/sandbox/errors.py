@@ -5,6 +5,7 @@ a cell or call that ran too long)."""
 from __future__ import annotations
 
 import os
+import sysconfig
 import traceback
 
 import torch
@@ -26,6 +27,7 @@ _NOT_LEARNER = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     os.path.dirname(torch.__file__),
     os.path.dirname(os.__file__),
+    *{sysconfig.get_paths()[lib] for lib in ("purelib", "platlib")},  # installed libraries: triton, numpy...
 )
 
 

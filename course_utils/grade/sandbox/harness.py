@@ -15,6 +15,7 @@ In-process use: ``running.run_exercise`` (the notebooks' check).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -27,6 +28,7 @@ from . import kinds
 from .answers import number_answer
 from .cells import alarm, new_namespace, run_cells
 from .texts import english, said
+from .tracing import RefusingFlex
 
 
 def grade(plan: dict) -> dict:
@@ -43,6 +45,9 @@ def grade(plan: dict) -> dict:
         notes_said.append(said(key, **args))
         notes.append(english(notes_said[-1]))
 
+    interview = any(spec.get("trace") for spec in plan["exercises"].values())
+    refusing = RefusingFlex() if interview else contextlib.nullcontext()
+    refusing.__enter__()  # for the cells and every exercise: the process ends after the result is written
     learner_files = run_cells(plan["cells"], namespace, timeout, note)
 
     requested = {ex: obj for ex, obj in learner_grade.REQUESTS}

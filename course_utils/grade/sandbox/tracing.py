@@ -116,6 +116,34 @@ class FusedTracer:
         return False
 
 
+class FlexRefused(Exception):
+    """What FlexAttention does in interview mode: it is recorded as called and not run."""
+
+
+class RefusingFlex:
+    """Interview mode: ``torch.nn.attention.flex_attention.flex_attention`` recorded as called (``Traced.seen``) and
+    refused at once, instead of run. Its first call compiles the score function (seconds, many more on a loaded
+    machine), so running it made the verdict depend on the machine's load: a delegating answer is refused whatever
+    the time an import or a compilation takes. Entered before the submission's cells run, so that the name they
+    import is this one; left as it was found on exit."""
+
+    def __enter__(self):
+        import torch.nn.attention.flex_attention as flex  # milliseconds once torch is imported
+
+        self._module, self._original = flex, flex.flex_attention
+
+        def flex_attention(*args, **kwargs):
+            Traced.seen.add("flex_attention")
+            raise FlexRefused("FlexAttention is fused attention: interview mode does not run it")
+
+        flex.flex_attention = flex_attention
+        return self
+
+    def __exit__(self, *exc):
+        self._module.flex_attention = self._original
+        return False
+
+
 _END = "grader: end of tracing"
 _KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read once, when the profiler first starts in a process
 _FLEX_SOURCE = os.path.join("torch", "nn", "attention", "flex_attention.py")

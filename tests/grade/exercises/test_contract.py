@@ -151,6 +151,33 @@ class Graded:
         # in its words (a verdict of the grader's own, an exception, a broken contract, says what happened)
         assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
 
+    def test_each_mistake_is_caught_and_named_on_every_seed(self):
+        """On several seeds, every mutant's reference fails the same cases (the same wrong answer gets the same score,
+        whatever the secret seed), at least one, and is named: no mutant before it in the catalogue computes the
+        same."""
+        ex = get(self.exercise)
+        if not hasattr(ex.correct, "__dataclass_fields__"):
+            pytest.skip("its mistakes are answers, not a reference's flags (the model kind)")
+        failing: dict = {}
+        for seed in range(4):
+            cases = ex.make_cases(seed)
+            correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
+            for m in ex.mutants():
+                got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
+                failed = frozenset(
+                    i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(ex, c, g, w)
+                )
+                assert failed, (ex.id, m.key, seed, "caught by no case")
+                assert failing.setdefault(m.variant, failed) == failed, (
+                    ex.id,
+                    m.key,
+                    seed,
+                    "another score on this seed",
+                )
+                records = [_as_record(g) for g in got]
+                first = next(other for other in ex.mutants() if diagnose.matches(ex, ex.how, cases, records, other))
+                assert first.key == m.key, (ex.id, m.key, seed, f"named {first.key}")
+
 
 def pytest_generate_tests(metafunc):
     """Each exercise's class parametrized by its own fixture."""
@@ -168,3 +195,21 @@ def pytest_generate_tests(metafunc):
 
 for _exercise in FIXTURES:
     globals()[f"TestGraded_{_exercise}"] = type(f"TestGraded_{_exercise}", (Graded,), {"exercise": _exercise})
+
+
+# ---------------------------------------------------------------------- every seed: caught, named, the same score
+
+
+def _as_record(expected) -> dict:
+    """A mutant's expected outputs as the record of a learner who computes them (or crashes where it crashes)."""
+    if isinstance(expected, Exception):
+        error = {"where": getattr(expected, "where", "forward"), "step": getattr(expected, "step", 1)}
+        return {"error": {**error, "type": getattr(expected, "error_type", type(expected).__name__)}, "outputs": {}}
+    return {"error": None, "outputs": expected}
+
+
+def _differs(ex, case, got, want) -> bool:
+    if isinstance(got, Exception) or isinstance(want, Exception):
+        return not (isinstance(got, Exception) and isinstance(want, Exception))
+    tol = case.meta.get("tol", (diagnose.RTOL, diagnose.ATOL))
+    return diagnose.compare(got, want, tol=tol, words=ex.how.words(ex, case)) is not None

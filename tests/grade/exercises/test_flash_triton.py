@@ -53,7 +53,7 @@ def test_registered_with_its_texts():
         "14_flash_triton",
         14,
     )
-    assert ex.correct == FlashVariant() and len(ex.make_cases()) == 4
+    assert ex.correct == FlashVariant() and len(ex.make_cases()) == 6
     for key, (en, zh) in TEXTS.items():
         assert flash_triton.TEXTS[key][1] == zh and en and zh, key
     assert {"mutant." + m.key for m in ex.mutants()} <= set(TEXTS)
@@ -73,7 +73,7 @@ def test_reference_solution_passes_and_check_prints(capsys):
     assert result and result.score == 1.0, result.report()
     assert not check(EX, None)
     out = capsys.readouterr().out
-    assert "✅ flash_triton: all 5 checks passed" in out
+    assert "✅ flash_triton: all 7 checks passed" in out
     assert "not implemented yet: define function flash_attention" in out
 
 
@@ -87,6 +87,9 @@ def test_the_named_mistakes_are_all_there():
         "flash_diagonal_block_unmasked",
         "flash_scale_after_softmax",
         "flash_lse_stored_wrong",
+        "flash_max_frozen_at_first_block",
+        "flash_rows_assumed_contiguous",
+        "flash_store_without_mask",
     } <= keys
     assert {k for k, _ in MUTANTS} == keys
 
@@ -103,14 +106,14 @@ def test_grader_replay_equals_sdpa_and_the_course_kernel(seed):
         q, k, v, causal, block_m, block_n = case.calls[0].args
         got = ex.expected(case, ex.correct)
         want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
-        # float32 scores near -150 round at 1e-5: the weights differ from float64's by about that much
-        torch.testing.assert_close(got["step1.out"].double(), want, rtol=1e-3, atol=1e-4)
+        # float32 scores in the hundreds round at 1e-5 to 1e-4: the weights differ from float64's by about that much
+        torch.testing.assert_close(got["step1.out"].double(), want, rtol=1e-3, atol=1e-3)
         scores = q.double() @ k.double().transpose(-2, -1) / q.shape[-1] ** 0.5
         if causal:
             scores = scores.masked_fill(torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).triu(1), float("-inf"))
-        torch.testing.assert_close(got["step1.lse"].double(), torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got["step1.lse"].double(), torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-4)
         out, lse = flash_triton.flash_attention_triton(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
-        torch.testing.assert_close(out, got["step1.out"], rtol=1e-3, atol=1e-4)  # exp2 there, exp here
+        torch.testing.assert_close(out, got["step1.out"], rtol=1e-3, atol=1e-3)  # exp2 there, exp here
         assert (
             q.untyped_storage().nbytes() > q.nbytes
             and torch.isnan(q.as_strided((*q.shape[:2], q.shape[2] + 1, q.shape[3]), q.stride())[:, :, -1]).all()
@@ -123,7 +126,12 @@ def test_grader_replay_equals_sdpa_and_the_course_kernel(seed):
 def test_graded_in_the_sandbox(tmp_path):
     """Submissions as files, through the sandboxed runner (triton imported there, its interpreter on): the
     solution passes, a tail read without a mask is named."""
-    subs = {"ref": REFERENCE, "tail": mutate(REFERENCE, dict(MUTANTS)["flash_tail_read_without_mask"])}
+    subs = {
+        "ref": REFERENCE,
+        "tail": mutate(REFERENCE, dict(MUTANTS)["flash_tail_read_without_mask"]),
+        "store": mutate(REFERENCE, dict(MUTANTS)["flash_store_without_mask"]),  # once a crash of the child
+        "rows": mutate(REFERENCE, dict(MUTANTS)["flash_rows_assumed_contiguous"]),
+    }
     found = {}
     for name, src in subs.items():
         path = tmp_path / f"{name}.py"
@@ -135,3 +143,5 @@ def test_graded_in_the_sandbox(tmp_path):
         found[name] = report.results[0]
     assert found["ref"], found["ref"].report()
     assert found["tail"].diagnosis == "flash_tail_read_without_mask", found["tail"].report()
+    assert found["store"].diagnosis == "flash_store_without_mask", found["store"].report()
+    assert found["rows"].diagnosis == "flash_rows_assumed_contiguous", found["rows"].report()

@@ -200,7 +200,8 @@ def test_grader_reference_equals_course_utils(seed):
             keys, values = _contiguous(args, b)
             q = args[0][b][:, None]  # (H, 1, d)
             out, lse = cu.split_k_attention(q, keys, values, num_splits=min(args[-1], keys.shape[1]))
-            torch.testing.assert_close(expected["step1.out"][b], out[:, 0], rtol=2e-4, atol=2e-5)
+            rtol, atol = case.meta.get("tol", (2e-4, 2e-5))  # scores in the hundreds: float32 rounds at 1e-4
+            torch.testing.assert_close(expected["step1.out"][b], out[:, 0], rtol=rtol, atol=atol)
             torch.testing.assert_close(expected["step1.lse"][b], lse[:, 0], rtol=2e-5, atol=2e-5)
             sdpa = torch.nn.functional.scaled_dot_product_attention(q.double(), keys.double(), values.double())
             torch.testing.assert_close(expected["step1.out"][b].double(), sdpa[:, 0], rtol=1e-4, atol=1e-4)

@@ -43,7 +43,7 @@ def test_registered():
         15,
     )
     cases = ex.make_cases()
-    assert ex.correct == RingVariant() and len(cases) == 9
+    assert ex.correct == RingVariant() and len(cases) == 12
     assert [c.calls[0].ranks for c in cases[-2:]] == [shape[0] for shape in RING_SHAPES]  # the process rings last
 
 
@@ -85,12 +85,32 @@ def test_catalogue_and_texts():
 
 
 def test_merge_without_the_max_overflows_only_on_large_scores():
-    """Its case with scores in the hundreds is what names it: elsewhere exp(lse) fits in float32."""
+    """Its cases with scores in the hundreds are what name it: elsewhere exp(lse) fits in float32."""
     cases = get(EX).make_cases(seed=2)
     no_max = RingVariant(merge="no_max")
     outputs = {c.name: get(EX).expected(c, no_max) for c in cases}
     nan_cases = [name for name, out in outputs.items() if any(torch.isnan(t).any() for t in out.values())]
-    assert len(nan_cases) == 1 and "hundreds" in nan_cases[0]
+    assert len(nan_cases) == 2 and all("hundreds" in name for name in nan_cases)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_later_chunk_far_above_the_running_lse_overflows_a_relative_merge_on_every_draw(seed):
+    """exp(lse_i - lse) overflows in every row of the case whose later chunk scores hundreds higher: the merge taken
+    relative to the running lse fails on every seed, not on most."""
+    case = next(c for c in get(EX).make_cases(seed=seed) if c.name.startswith("larger scores in the later chunk"))
+    out = get(EX).expected(case, RingVariant(merge="relative"))["step1.out"]
+    assert torch.isnan(out).all()
+    assert torch.isfinite(get(EX).expected(case, RingVariant())["step1.out"]).all()
+
+
+def test_the_points_follow_what_the_exercise_teaches():
+    """A ring that never passes a chunk (the exchange a stub, or deadlocked) is half the exercise, whatever the number
+    of step cases beside its two runs."""
+    stub = grade(EX, RING_STEP + "\n\n" + STUB[STUB.index("def ring_exchange") :])
+    deadlock = grade(EX, DEADLOCKS["send_first"])
+    assert stub.score == deadlock.score == 0.5 and stub.checks_passed == 11, (stub.report(), deadlock.report())
+    step_stub = grade(EX, STUB[: STUB.index("def ring_exchange")] + REFERENCE[REFERENCE.index("def ring_exchange") :])
+    assert step_stub.score == 0.0, step_stub.report()
 
 
 # ---------------------------------------------------------------- the grader's reference vs course_utils
@@ -156,7 +176,7 @@ def test_check_prints_for_the_function(capsys):
     assert check(EX, load(REFERENCE, "ring_step"))
     assert not check(EX, None)
     out = capsys.readouterr().out
-    assert "✅ ring_attention: all 10 checks passed" in out
+    assert "✅ ring_attention: all 13 checks passed" in out
     assert "not implemented yet: define function ring_step" in out
 
 
@@ -178,6 +198,7 @@ def test_graded_in_the_sandbox(tmp_path):
         "alt": ALTERNATIVES["stacked_partials"],
         "backwards": mutate(REFERENCE, dict(MUTANTS)["ring_passed_backwards"]),
         "deadlock": DEADLOCKS["send_first"],
+        "all_gather": dict(MUTANTS)["ring_exchange_collective"],
     }
     found = {}
     for name, src in subs.items():
@@ -189,3 +210,4 @@ def test_graded_in_the_sandbox(tmp_path):
     assert found["ref"] and found["alt"], (found["ref"].report(), found["alt"].report())
     assert found["backwards"].diagnosis == "ring_passed_backwards", found["backwards"].report()
     assert found["deadlock"].diagnosis == "ring_deadlock", found["deadlock"].report()
+    assert found["all_gather"].diagnosis == "ring_exchange_collective", found["all_gather"].report()

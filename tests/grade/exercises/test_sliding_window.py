@@ -1,6 +1,7 @@
-"""The grader on exercise 12 (sliding_window): the solution and alternative correct implementations pass (the ring in
-other layouts too, read by role and shape), stubs say "not implemented", every misconception gets its own named
-diagnosis (in-process and in the sandbox), and the grader's reference computes what course_utils' RingKVCache and
+"""The grader on exercise 12 (sliding_window): the solution and alternative correct implementations pass, stubs say
+"not implemented", every misconception gets its own named diagnosis (in-process and in the sandbox), a module handed a
+ring the grader made (in the contract's layout, at a start_pos it never saw) reads it, a ring kept in another layout
+or positions counted by the module are named, and the grader's reference computes what course_utils' RingKVCache and
 sliding_window_mask_at compute."""
 
 import linecache
@@ -88,6 +89,22 @@ def test_shape_lines_quote_the_ring():
         assert ring in report and "n_past + n_new" not in report, report
 
 
+def test_a_ring_the_grader_made_is_handed_to_a_fresh_module():
+    # a ring another party filled, in the contract's layout: the honest modules read it, a module that counts its
+    # own positions or reads only its own layout is named
+    case = next(c for c in get(EXERCISE).make_cases(3) if c.given_past is not None)
+    assert case.calls[0].past == "given" and case.calls[0].kwargs["start_pos"] == case.meta["given_x"].shape[1]
+    for src in [REFERENCE, *ALTERNATIVES.values()]:
+        assert grade(src), grade(src).report()
+    counted = grade(mutant_source(dict(MUTANTS)["positions_counted_by_module"]))
+    assert counted.diagnosis == "positions_counted_by_module" and "start_pos" in counted.report(), counted.report()
+    for key, src in MUTANTS:
+        if key == "ring_read_only_its_own":  # Mistral's slots and tokens before heads; the ring kept oldest first
+            result = grade(mutant_source(src))
+            assert result.diagnosis == key and "contract's layout" in result.report(), result.report()
+            assert "present is not in the contract's layout" in result.report(), result.report()
+
+
 def test_slot_positions():
     # window 3, 2 sinks: after 9 tokens the sinks hold 0, 1 and the ring slots 0, 1, 2 hold 8, 6, 7
     assert slot_positions(9, 3, 2).tolist() == [0, 1, 8, 6, 7]
@@ -104,14 +121,21 @@ def _course_utils_outputs(case):
     c, p = case.ctor, case.params
     nh, hd, window, sinks = c["num_heads"], c["d_out"] // c["num_heads"], c["window"], c["num_sinks"]
     outs, cache = {}, None
+
+    def projected(x):
+        b, n, _ = x.shape
+        return (
+            F.linear(x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2) for role in ("query", "key", "value")
+        )
+
     for i, call in enumerate(case.calls):
         b, n, _ = call.x.shape
-        q, k, v = (
-            F.linear(call.x, p[f"W_{role}.weight"]).view(b, n, nh, hd).transpose(1, 2)
-            for role in ("query", "key", "value")
-        )
+        q, k, v = projected(call.x)
         if not isinstance(call.past, int):  # a new cache
             cache = cu.RingKVCache(b, nh, window, hd, num_sinks=sinks)
+        if call.past == "given":  # the ring of another prompt, made here by course_utils' cache
+            _, k0, v0 = projected(case.meta["given_x"])
+            cache.update(cu.rope(k0, cache.next_positions(k0.shape[2]), c["rope_base"]), v0)
         elif call.past_scale is not None:  # the ring handed back rescaled: a past the module did not produce
             cache.keys.mul_(call.past_scale[0]), cache.values.mul_(call.past_scale[1])
         positions = cache.next_positions(n)
@@ -131,7 +155,7 @@ def _course_utils_outputs(case):
 def test_reference_equals_course_utils():
     ex = get(EXERCISE)
     for case in ex.make_cases():
-        expected = ex.expected(case, ex.correct)
+        expected = {k: t for k, t in ex.expected(case, ex.correct).items() if not k.endswith(".layout")}
         got = _course_utils_outputs(case)
         assert {k for k, t in expected.items() if t is not None} == set(got), case.name
         for name, tensor in got.items():
@@ -169,7 +193,9 @@ def test_sandbox_grades_the_solution_the_alternatives_and_the_named_mistakes(tmp
             assert result and result.score == 1.0, (name, result.report())
         else:
             assert not result and result.diagnosis == key, (name, result.report())
-            assert "Error" not in result.report() and "n_past + n_new" not in result.report(), result.report()
+            assert "n_past + n_new" not in result.report(), result.report()
+            # (a module keeping its own ring has none when handed the grader's: its AttributeError is what it did)
+            assert "Error" not in result.report() or key == "cache_ignores_past", result.report()
     assert RING_SHAPE in result.report()  # the last: the cache that grows, its shape line quotes the ring
 
 

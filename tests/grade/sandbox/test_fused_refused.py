@@ -71,6 +71,35 @@ def test_the_tracer_sees_every_thread_and_only_fused_attention(capfd):
     assert capfd.readouterr().err == ""  # the profiler's library logs nothing into a notebook
 
 
+def test_flex_attention_is_refused_without_being_compiled(monkeypatch):
+    # its first call compiles the score function (seconds, far more on a loaded machine): interview mode records it
+    # as called and refuses it before any of that, so that the verdict cannot depend on the machine's load
+    import torch.nn.attention.flex_attention as flex
+
+    from course_utils.grade.sandbox.tracing import FlexRefused, RefusingFlex, Traced
+
+    ran = []
+    monkeypatch.setattr(flex, "flex_attention", lambda *a, **k: ran.append(1))
+    Traced.seen.clear()
+    with RefusingFlex():
+        from torch.nn.attention.flex_attention import flex_attention  # as a cell imports it, after the harness
+
+        with pytest.raises(FlexRefused):
+            flex_attention(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8))
+    assert ran == [] and "flex_attention" in Traced.seen
+    Traced.seen.clear()
+    flex.flex_attention()  # left as it was found
+    assert ran == [1]
+
+
+@pytest.mark.requires_sandbox
+def test_flex_attention_is_refused_in_the_sandbox_within_the_default_budget(tmp_path):
+    path = tmp_path / "flex.py"
+    path.write_text(CHEATS["flex.py"])
+    proc = run_grader(str(path), "--exercise", "mha_interview", "--json", timeout=600)
+    assert proc.returncode == 1 and '"diagnosis": "forbidden"' in proc.stdout, proc.stdout + proc.stderr
+
+
 # torch.compile is refused in process above; in the sandbox its compilation can outlast the time limit on a busy
 # machine (a time-out, 0 points as well, but not the diagnosis this test asserts)
 SANDBOXED = ["train_only.py", "script_fn.py", "flex.py", "custom_op.py", "stops_profiler.py"]
@@ -87,7 +116,7 @@ def test_in_the_sandbox(tmp_path):
         (subs / name).write_text(text)
     proc = run_grader(
         *("--batch", str(subs), "--out", str(tmp_path / "g"), "--exercise", "mha_interview"),
-        # importing FlexAttention alone takes seconds; on a busy machine more than the default 10 s per cell
+        # TorchScript and torch.library compile their functions: seconds, more on a busy machine
         *("--cell-timeout", "60", "--timeout", "120"),
         timeout=600,
     )

@@ -14,6 +14,8 @@ from tests.grader_cases.held_out_styles import HONEST, WRONG
 from tests.grader_cases.interview_dialects import DIALECTS
 
 NAMED = {
+    "mask_transposed": "mask_transposed",
+    "output_dropout_only": "dropout_on_output",
     "no_scale": "no_scale",
     "softmax_wrong_axis": "softmax_wrong_axis",
     "heads_merged_wrong": "merge_no_transpose",
@@ -52,6 +54,24 @@ def test_the_report_says_which_mapping_and_placement_were_used():
     assert "Wq→q (x @ W)" in reports["einsum_transposed"]
     zh = grade_class("mha_interview", load(*HONEST["fused_3hd"])).report("zh")
     assert "构造参数：hidden=d_model" in zh and "参数位置：to_qkv→[q;k;v]" in zh
+
+
+def test_stacked_projections_are_placed_by_the_shape_of_a_piece():
+    # one raw parameter holding q, k, v (and o) along a leading axis: no name says which piece is which
+    xw = grade_class("mha_interview", load(*HONEST["stacked_xw"])).report()
+    assert "w_in→[q;k;v] stacked (x @ W)" in xw, xw
+    qkvo = grade_class("mha_interview", load(*HONEST["stacked_qkvo"])).report()
+    assert "W→[q;k;v;o] stacked" in qkvo and "(x @ W)" not in qkvo, qkvo
+
+
+def test_a_dropout_after_the_output_projection_is_found_by_role_and_said():
+    # found by what it is applied to (the module's result), not by its name; said in the report, never failed
+    for name in ("stacked_qkvo", "to_out_dropout"):
+        result = grade_class("mha_interview", load(*HONEST[name]))
+        assert result and "dropout after the output projection" in result.report(), result.report()
+        assert "输出投影之后的 dropout" in result.report("zh")
+    plain = grade_class("mha_interview", load(*HONEST["fused_3hd"]))
+    assert "output projection" not in plain.report()
 
 
 def test_an_argument_no_rule_names_is_filled_by_role_and_said():

@@ -5,6 +5,7 @@ Never raises for a learner's bug."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from .. import dialects
 from ..errors import ContractError, describe_exception
 from ..measuring import largest_float_tensor
 from ..texts import Said, said
-from ..tracing import FusedTracer, Traced, raised_by_flex
+from ..tracing import FusedTracer, RefusingFlex, Traced, raised_by_flex
 from . import Kind, plain
 
 
@@ -198,6 +199,8 @@ def run_case(
                 else:
                     out, present, x = _call(caller, call, past)
                 outputs[f"{tag}.out"] = plain(out)
+                if getattr(caller, "output_dropout", False):  # a dropout after the output projection, left out
+                    outputs[f"{tag}.out_dropout"] = torch.tensor(1.0)
                 if call["use_cache"] is not None:
                     first_name, second_name = case.get("present_names", ("keys", "values"))
                     outputs[f"{tag}.{first_name}"] = None if present is None else plain(present[0])
@@ -251,7 +254,8 @@ def run(cls, plan: dict, learner_files=None) -> list:
     settled: dict = {}
     if ctors[0] is not None:  # interview mode, another dialect: place by role and shape where names do not
         try:
-            settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
+            with RefusingFlex() if plan.get("trace") else contextlib.nullcontext():
+                settled["recipe"] = dialects.settle_placement(cls, plan.get("probe"), square)
         except Exception:  # noqa: BLE001 - no mapping or placement settled: each case is built by name and says why
             pass
     dialected = bool(plan.get("dialects"))
@@ -260,7 +264,7 @@ def run(cls, plan: dict, learner_files=None) -> list:
             run_case(cls, ctor_args[i], case, learner_files, False, ctors[i], settled, square, dialected)
             for i, case in enumerate(cases)
         ]
-    with FusedTracer() as tracer:  # every call of every case, training and eval mode, backward included
+    with RefusingFlex(), FusedTracer() as tracer:  # every call of every case, training and eval mode, backward
         records = [
             run_case(cls, ctor_args[i], case, learner_files, True, ctors[i], settled, square, dialected)
             for i, case in enumerate(cases)

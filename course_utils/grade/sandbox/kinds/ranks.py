@@ -88,6 +88,61 @@ def _plain(t):
     return t.detach().to("cpu").as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else None
 
 
+# the process group's operations that are not a send to or a receive from one peer: collectives, and a receive
+# from any source (a barrier only synchronises: allowed)
+_COLLECTIVES = (
+    "allgather",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "_allgather_base",
+    "all_gather_single",
+    "all_gather_single_coalesced",
+    "allreduce",
+    "allreduce_coalesced",
+    "alltoall",
+    "alltoall_base",
+    "all_to_all_single",
+    "broadcast",
+    "gather",
+    "scatter",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_single_coalesced",
+    "reduce_scatter_tensor_coalesced",
+    "_reduce_scatter_base",
+    "recv_anysource",
+)
+
+
+def _watch_peers(rank: int, world_size: int) -> dict:
+    """Record how this rank talks to the others, at the process group itself (every route of torch.distributed
+    reaches it: dist.isend, P2POp, all_gather, a name bound before the fork): {"ring": False} once it used a
+    collective, or sent to or received from a rank other than its two neighbours."""
+    from torch.distributed.distributed_c10d import ProcessGroup
+
+    seen = {"ring": True}
+    neighbours = {(rank + 1) % world_size, (rank - 1) % world_size}
+
+    def watched(name, original):
+        def call(self, *args, **kwargs):
+            if name in ("send", "recv"):
+                peer = args[1] if len(args) > 1 else kwargs.get("dstRank", kwargs.get("srcRank"))
+                if peer not in neighbours:
+                    seen["ring"] = False
+            else:
+                seen["ring"] = False
+            return original(self, *args, **kwargs)
+
+        return call
+
+    for name in ("send", "recv", *_COLLECTIVES):
+        original = getattr(ProcessGroup, name, None)
+        if original is not None:
+            setattr(ProcessGroup, name, watched(name, original))
+    return seen
+
+
 def _rank(rank, world_size, store, call, step_fn, exchange_fn, phases, out_fd, hold_fd, describe, learner_files):
     """One rank, in a forked child: join, step the ring, write the payload, then wait for the parent to let go."""
     os.environ["GLOO_SOCKET_IFNAME"] = _loopback()
@@ -108,6 +163,7 @@ def _rank(rank, world_size, store, call, step_fn, exchange_fn, phases, out_fd, h
         payload["join"] = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
     else:
         try:
+            peers = _watch_peers(rank, world_size)  # after the join: joining talks to every rank
             torch.manual_seed(call["seed"] + rank)
             q, k, v = q_chunks[rank].clone(), k_chunks[rank].clone(), v_chunks[rank].clone()
             out = torch.zeros_like(q)
@@ -126,6 +182,7 @@ def _rank(rank, world_size, store, call, step_fn, exchange_fn, phases, out_fd, h
                     payload["outputs"][f"rank{rank}.recv{step + 1}.v"] = _plain(v)
             payload["outputs"][f"rank{rank}.out"] = _plain(out)
             payload["outputs"][f"rank{rank}.lse"] = _plain(lse)
+            payload["outputs"][f"rank{rank}.p2p"] = torch.tensor(1.0 if peers["ring"] else 0.0)
         except BaseException as exc:  # noqa: BLE001 - any learner error becomes a message
             error = describe(exc, learner_files, "forward")
             payload = {"outputs": {}, "error": {**error, "contract": isinstance(exc, RingContract)}}

@@ -1,0 +1,97 @@
+"""The grader on exercise 17a (dsa_indexer): the grader's reference computation against course_utils' checked
+DSA, every named mistake caught on every seed tried (each mutant's output differs from the reference's on some
+case), and the solution notebook's code passing."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import course_utils as cu
+from course_utils.grade import grade_class
+from course_utils.grade.exercises import get
+from course_utils.grade.exercises.dsa_indexer import DsaVariant, as_sets, dsa_forward, mutants
+from tests.conftest import load
+
+ROOT = Path(__file__).resolve().parents[3]
+EX = "dsa_indexer"
+
+
+def test_registered():
+    ex = get(EX)
+    assert (ex.kind, ex.contract, ex.points, ex.notebook) == ("function", "dsa_attention", 3, "17_dsa_indexer")
+    assert ex.correct == DsaVariant() and len(ex.make_cases(0)) == 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_reference_computation_is_course_utils_dsa(seed):
+    for case in get(EX).make_cases(seed):
+        args = case.calls[0].args
+        out, indices = dsa_forward(args, DsaVariant())
+        ref_out, ref_indices = cu.dsa_attention(*args)
+        torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(as_sets(indices), as_sets(ref_indices), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_mistake_changes_the_output_on_every_seed(seed):
+    cases = get(EX).make_cases(1000 + seed)
+    for m in mutants():
+        differs = False
+        for case in cases:
+            right = dsa_forward(case.calls[0].args, DsaVariant())[0]
+            wrong = dsa_forward(case.calls[0].args, m.variant)[0]
+            differs |= wrong.shape != right.shape or (wrong - right).abs().max().item() > 1e-3
+        assert differs, (m.key, m.variant)
+
+
+def test_the_first_rows_are_padded_and_the_selection_is_causal():
+    args = get(EX).make_cases(3)[0].calls[0].args  # 12 tokens, top-4
+    _, indices = dsa_forward(args, DsaVariant())
+    assert (indices[:, 0] == -1).sum(-1).tolist() == [3, 3] and (indices[:, 3:] >= 0).all()
+    positions = torch.arange(12)[None, :, None]
+    assert ((indices <= positions) | (indices == -1)).all()
+    torch.testing.assert_close(as_sets(indices[:, :, [3, 1, 2, 0]]), as_sets(indices))  # the order of the slots
+
+
+def test_a_gathered_padding_slot_changes_the_output():
+    args = get(EX).make_cases(4)[0].calls[0].args
+    right = dsa_forward(args, DsaVariant())[0]
+    assert (dsa_forward(args, replace(DsaVariant(), padding="first_key"))[0] - right).abs().max() > 1e-3
+
+
+def test_the_solution_notebook_passes():
+    cells = json.loads((ROOT / "solutions" / "17_dsa_indexer.ipynb").read_text())["cells"]
+    src = "import math\nimport torch\n" + "".join(next(c["source"] for c in cells if c.get("id") == "solution"))
+    assert grade_class(EX, load(src, "dsa_attention")).passed
+
+
+def test_delegating_to_course_utils_is_refused():
+    from tests.grader_cases.dsa_indexer import DSA_REFERENCE
+
+    src = DSA_REFERENCE.replace(
+        "    B, H, T, d = q.shape\n",
+        "    import course_utils\n    return course_utils.dsa_attention(q, k, v, q_idx, k_idx, weights, top_k)\n",
+        1,
+    )
+    refused = grade_class(EX, load(src, "dsa_attention"))
+    assert not refused and refused.diagnosis == "delegates", refused.report()
+
+
+@pytest.mark.requires_sandbox
+def test_graded_in_the_sandbox(tmp_path):
+    """Submissions as files, through the sandboxed runner: the same verdicts as in the notebook's kernel."""
+    from course_utils.grade import runner
+    from tests.grader_cases.dsa_indexer import DSA_ALTERNATIVES, DSA_MUTANTS, DSA_REFERENCE
+    from tests.grader_cases.implementations import mutate
+
+    subs = {"ref": DSA_REFERENCE, "alt": DSA_ALTERNATIVES["sort_and_sdpa"]}
+    for key, edits in DSA_MUTANTS:
+        subs[key] = edits if isinstance(edits, str) else mutate(DSA_REFERENCE, edits)
+    for name, src in subs.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("dsa_indexer", dsa_attention)\n')
+        result = runner.grade_file(path, sandboxed=True).results[0]
+        assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
