@@ -165,7 +165,9 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	@# one BLAS thread per worker: two workers on two cores, no oversubscription
-	@# the tests that grade in the sandbox (each submission a bubblewrap process of its own) run in make test-sandbox
+	@# the tests that grade in the sandbox (each submission a bubblewrap process of its own) run in make test-sandbox;
+	@# loadscope keeps a notebook's cells (and a module's or class's tests) on one worker: the contract test is one
+	@# class per exercise (tests/grade/exercises/test_contract.py), so that the exercises spread over the workers
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
 		--nbval-current-env -m "not requires_sandbox" tests notebooks
 

@@ -135,7 +135,8 @@ def figure_problems(fig, chinese: bool = False) -> list[str]:
     problems += _verdict_problems(plots)
     if chinese:
         problems += [
-            f"English in a Chinese figure: {t!r} (translate it in course_utils/viz_zh.py)"
+            f"English in a Chinese figure: {t!r} (add its Chinese to course_utils/viz_zh.py: LABELS[{t!r}] = ..., or a "
+            "PATTERNS entry for a text made by an f-string)"
             for t in _labels(fig, axes)
             if _latin_only(t)
         ]

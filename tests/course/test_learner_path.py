@@ -121,5 +121,8 @@ def test_every_notebook_ends_with_its_exercise_and_the_next_notebook(notebook, e
     )
     text = "".join(last["source"])
     links = LINK.findall(text)
-    assert links == [*exercises, following], f"{notebook}: 'next-steps' links {links}"
+    assert links == [*exercises, following], (
+        f"{notebook}: 'next-steps' links {links}; it should link {[*exercises, following]} (its exercises, "
+        "their solutions, then the next notebook or, for the last, the index)"
+    )
     assert text.startswith("**下一步：**" if "zh-CN" in notebook else "**Next:**"), text

@@ -3,7 +3,7 @@
 the process's memory may rise), reported as the flag ``step1.tiled``; the arguments it writes into (``state``), read
 back after the call; another function of the contract called instead (``helper``, graded on cases of its own).
 
-Exercises 09 and 13 are of this kind, their cases built with ``Call`` below."""
+Exercises 09, 13, 17a and 17b are of this kind, their cases built with ``Call`` below."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Every exercise the registry finds keeps the contract of the grader's house: its texts complete in both languages
-(each mistake it can name, each case title), none of its texts unused, its notebooks where the READMEs and indexes
-say, its points those its notebook's check cell is worth; and graded the same four ways on its fixture (fixtures.py,
-one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant is named and
-its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared (and its fixture,
-tests/grader_cases/<id>.py, found the same way: fixtures.py)."""
-
-from pathlib import Path
+(each mistake it can name, each case title), none of its texts unused, and graded the same four ways on its fixture
+(fixtures.py, one shape): the reference passes, each alternative passes, each stub is "not implemented", each mutant
+is named and its report reads cleanly. Nothing here lists the exercises: a new one is checked by being declared (and
+its fixture, tests/grader_cases/<id>.py, found the same way: fixtures.py). Its rows in the READMEs and indexes:
+tests/course/test_tables.py; its points: tests/grade/test_registry.py."""
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ from course_utils.grade.types import Mutant
 from tests.conftest import assert_reads_cleanly
 from tests.grade.exercises.fixtures import FIXTURES, Fixture
 
-ROOT = Path(__file__).resolve().parents[3]
 ON_CASES = [ex for ex in EXERCISES.values() if ex.kind != "model"]
 
 
@@ -87,23 +84,6 @@ def test_each_exercise_key_names_one_text_per_wording():
             assert owner.setdefault(mutant.message.key, mutant.key) == mutant.key, (ex.id, mutant.message.key)
 
 
-@pytest.mark.parametrize(
-    "readme,prefix",
-    [
-        ("README.md", ""),
-        ("README.zh-CN.md", "zh-CN/"),
-        ("notebooks/README.md", ""),
-        ("notebooks/zh-CN/README.md", "zh-CN/"),
-    ],
-)
-def test_the_readmes_list_every_exercise(readme, prefix):
-    text = (ROOT / readme).read_text(encoding="utf-8")
-    for ex in EXERCISES.values():
-        for folder in ("exercises", "solutions"):
-            assert f"{folder}/{prefix}{ex.notebook}.ipynb)" in text, (readme, ex.id, folder)
-            assert (ROOT / folder / prefix / f"{ex.notebook}.ipynb").exists(), (ex.id, folder)
-
-
 def _tensors(value) -> list:
     """Every tensor of a case as its kind plans it for the child (inputs, parameters, a given cache...)."""
     if isinstance(value, torch.Tensor):
@@ -171,6 +151,33 @@ class Graded:
         # in its words (a verdict of the grader's own, an exception, a broken contract, says what happened)
         assert_reads_cleanly(result)  # the whole catalogue reads cleanly, in both languages
 
+    def test_each_mistake_is_caught_and_named_on_every_seed(self):
+        """On several seeds, every mutant's reference fails the same cases (the same wrong answer gets the same score,
+        whatever the secret seed), at least one, and is named: no mutant before it in the catalogue computes the
+        same."""
+        ex = get(self.exercise)
+        if not hasattr(ex.correct, "__dataclass_fields__"):
+            pytest.skip("its mistakes are answers, not a reference's flags (the model kind)")
+        failing: dict = {}
+        for seed in range(4):
+            cases = ex.make_cases(seed)
+            correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
+            for m in ex.mutants():
+                got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
+                failed = frozenset(
+                    i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(ex, c, g, w)
+                )
+                assert failed, (ex.id, m.key, seed, "caught by no case")
+                assert failing.setdefault(m.variant, failed) == failed, (
+                    ex.id,
+                    m.key,
+                    seed,
+                    "another score on this seed",
+                )
+                records = [_as_record(g) for g in got]
+                first = next(other for other in ex.mutants() if diagnose.matches(ex, ex.how, cases, records, other))
+                assert first.key == m.key, (ex.id, m.key, seed, f"named {first.key}")
+
 
 def pytest_generate_tests(metafunc):
     """Each exercise's class parametrized by its own fixture."""
@@ -206,26 +213,3 @@ def _differs(ex, case, got, want) -> bool:
         return not (isinstance(got, Exception) and isinstance(want, Exception))
     tol = case.meta.get("tol", (diagnose.RTOL, diagnose.ATOL))
     return diagnose.compare(got, want, tol=tol, words=ex.how.words(ex, case)) is not None
-
-
-ON_OUTPUTS = [ex for ex in ON_CASES if hasattr(ex.correct, "__dataclass_fields__")]  # a reference's flags
-
-
-@pytest.mark.parametrize("ex", ON_OUTPUTS, ids=[ex.id for ex in ON_OUTPUTS])
-def test_each_mistake_is_caught_and_named_on_every_seed(ex):
-    """On several seeds, every mutant's reference fails the same cases (the same wrong answer gets the same score,
-    whatever the secret seed), at least one, and is named: no mutant before it in the catalogue computes the same."""
-    failing: dict = {}
-    for seed in range(4):
-        cases = ex.make_cases(seed)
-        correct = [diagnose.cached_outputs(ex.expected, c, ex.correct) for c in cases]
-        for m in ex.mutants():
-            got = [diagnose.cached_outputs(ex.expected, c, m.variant) for c in cases]
-            failed = frozenset(
-                i for i, (c, g, w) in enumerate(zip(cases, got, correct, strict=True)) if _differs(ex, c, g, w)
-            )
-            assert failed, (ex.id, m.key, seed, "caught by no case")
-            assert failing.setdefault(m.variant, failed) == failed, (ex.id, m.key, seed, "another score on this seed")
-            records = [_as_record(g) for g in got]
-            first = next(other for other in ex.mutants() if diagnose.matches(ex, ex.how, cases, records, other))
-            assert first.key == m.key, (ex.id, m.key, seed, f"named {first.key}")

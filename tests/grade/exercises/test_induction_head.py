@@ -101,6 +101,7 @@ def test_the_exercise_is_found_by_check_call_and_by_function_name():
     assert source.find_exercises([{"index": 0, "grade_id": None, "source": STUB}]) == [EX]
 
 
+@pytest.mark.requires_sandbox
 def test_sandboxed_cli_names_the_mistake(tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text(mutate(REFERENCE, MUTANTS[0][1]))
