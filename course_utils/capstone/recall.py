@@ -8,9 +8,10 @@ key onto its value first.
 
 Two models of two layers each, the same sizes: ``linear`` stacks two Gated DeltaNet layers, ``hybrid`` replaces the
 second by the course's causal multi-head attention (``course_utils.MultiHeadAttention``), as Qwen3-Next and Kimi
-Linear replace one layer in four. A Gated DeltaNet layer keeps, per head, a (K, V) state however many pairs it has
-read; the attention layer keeps every pair's key and value. ``python -m course_utils.capstone.recall`` (run by
-``make train``) trains both on one CPU thread and writes ``checkpoints/recall_<name>.pt``.
+Linear keep about one layer in four as full attention. A Gated DeltaNet layer keeps, per head, a (K, V) state however
+many pairs it has read; the attention layer keeps every pair's key and value.
+``python -m course_utils.capstone.recall`` (run by ``make train``) trains both on one CPU thread and writes
+``checkpoints/recall_<name>.pt``.
 """
 
 from __future__ import annotations
@@ -75,9 +76,10 @@ class RecallConfig:
 
 
 class GatedDeltaNetLayer(nn.Module):
-    """A Gated DeltaNet layer as Qwen3-Next builds it, less its short convolution and output gate (each position here
-    already holds its whole pair): q, k, v projections, beta = sigmoid(b x), the decay's log
-    g = -exp(A_log) * softplus(a x + dt_bias) (Mamba-2's parametrisation), q and k L2-normalised."""
+    """A Gated DeltaNet layer as Qwen3-Next builds it, less its short convolution (each position here already holds
+    its whole pair) and its gated output norm (RMSNorm times SiLU of another projection): q, k, v projections,
+    beta = sigmoid(b x), the decay's log g = -exp(A_log) * softplus(a x + dt_bias) (Mamba-2's parametrisation), q and
+    k L2-normalised."""
 
     def __init__(self, emb_dim: int, num_heads: int, head_dim: int, chunk_size: int):
         super().__init__()

@@ -18,8 +18,10 @@ the past from one chunk to the next.
 Layout and argument order follow flash-linear-attention's (fla) pure-PyTorch references, ``fla/ops/gated_delta_rule
 /naive.py`` and ``fla/ops/kda/naive.py``, so that numbers can be compared with them one to one: q, k [B, T, H, K],
 v [B, T, HV, V] (HV a multiple of H: each query/key head serves HV / H value heads, as Qwen3-Next's 16 key and 32 value
-heads), beta [B, T, HV], the state [B, HV, K, V] (fla's layout, the transpose of the papers' S in R^{V x K}), ``scale``
-1 / sqrt(K) by default. Gated DeltaNet takes (q, k, v, g, beta, ...) in both forms, the order of fla's chunked
+heads; fla's kernels and naive KDA take HV, its naive Gated DeltaNet functions HV = H only), beta [B, T, HV], the state
+[B, HV, K, V] (the default layout of fla's functions and Hugging Face's, the transpose of the DeltaNet papers'
+S in R^{V x K}; fla's kernels can also keep it [B, HV, V, K], ``state_v_first=True``), ``scale`` 1 / sqrt(K) by
+default. Gated DeltaNet takes (q, k, v, g, beta, ...) in both forms, the order of fla's chunked
 reference, its kernels and Hugging Face's ``torch_*_gated_delta_rule`` fallbacks; fla's naive *recurrent* function
 alone puts beta before g (a swap is refused here: g must be <= 0, beta is positive). KDA keeps fla's order too, with
 ``chunk_size`` last. ``use_qk_l2norm_in_kernel`` normalises q and k as fla's kernels and Hugging Face do
