@@ -301,9 +301,9 @@ TEXTS: dict[str, tuple[str, str]] = {
         "查询没有做 L2 归一化：q 和 k 都要在最后一维上归一化，然后再把 q 乘以 1/sqrt(K)",
     ),
     "mutant.state_transposed": (
-        "the final state comes back as (V, K), the papers' layout: return it as fla stores it, (B, H, K, V), keys "
+        "the final state comes back as (V, K), the papers' layout: return it as fla's naive functions do, (B, H, K, V), keys "
         "by values",
-        "返回的最终状态是论文里的 (V, K) 布局：要按 fla 的存法返回，(B, H, K, V)，键在前、值在后",
+        "返回的最终状态是论文里的 (V, K) 布局：要像 fla 的朴素参考函数那样返回，(B, H, K, V)，键在前、值在后",
     ),
     "mutant.initial_state_modified": (
         "the initial_state you were handed was updated in place: it belongs to the caller, who may decode from it "
