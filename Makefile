@@ -67,7 +67,7 @@ help:
 	@echo "make lint         ruff (checks, format) on the Python packages and tests, mypy on course_utils (pyproject.toml)"
 	@echo "make bench        run the benchmarks (BENCH_QUICK=1 for a one-minute run)"
 	@echo "make bench-grade  a class of 100 graded through fork servers, then with a sandbox per submission (needs bubblewrap)"
-	@echo "make train        retrain the capstone's checkpoints (notebook 11) in course_utils/capstone/checkpoints/"
+	@echo "make train        retrain the checkpoints of notebooks 11 and 16 in course_utils/capstone/checkpoints/"
 	@echo "make exercises    regenerate exercises/ from solutions/ (and exercises/zh-CN/ from solutions/zh-CN/)"
 	@echo "make twins        rebuild the Chinese twins from the English notebooks, run those whose code changed"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [GRADE_ARGS=...]   grade a folder of submissions"
@@ -189,6 +189,7 @@ bench-grade: $(STAMP)
 train: $(STAMP)
 	@# one thread: seeded training then rebuilds the committed checkpoints exactly
 	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone
+	OMP_NUM_THREADS=1 $(PY) -m course_utils.capstone.recall
 
 exercises: $(STAMP)
 	$(PY) -m authoring.exercises solutions exercises

@@ -15,6 +15,8 @@ A sliding-window layer decodes 4096 steps with a ring-buffer cache against a gro
 benchmarks/long_context.py): bytes held and time. Ring attention, all-gather and Ulysses run on local gloo
 processes (notebook 15, benchmarks/context_parallel.py): bytes per rank checked against the formula, and the ring's
 time per step against SDPA in one process.
+A Gated DeltaNet layer decodes against the course's KV-cached attention as the context grows, and the chunked gated
+delta rule prefills against the recurrence (notebook 16, benchmarks/linear_attention.py): time and bytes per sequence.
 Notebook 17 (benchmarks/sparse.py): a DeepSeek-Sparse-Attention decoding step against a dense one as the context
 grows (the crossover), and a KIVI-quantised cache against a float one (bytes held, decode time).
 """
@@ -39,6 +41,7 @@ from .context_parallel import bench_context_parallel_bytes, bench_ring_step_time
 from .decoder import CACHE_MODES, build_model, cache_bytes, generate
 from .flash_triton import CONFIGS as FLASH_TRITON_CONFIGS
 from .flash_triton import bench_flash_triton, flash_triton_ratios
+from .linear_attention import bench_linear_decode, bench_linear_prefill, linear_attention_ratios
 from .long_context import bench_ring_cache, long_context_ratios
 from .serving import bench_paged_decode, bench_split_k, serving_ratios
 from .sparse import bench_quantized_cache, bench_sparse_decode, sparse_ratios
@@ -171,6 +174,22 @@ CONFIGS = {
             split_head_dim=64,
             split_chunk=1024,
         ),
+        # notebook 16: one thread, the two layers taking turns over many rounds at each context (benchmarks/timing.py)
+        linear_attention=dict(
+            batch=1,
+            heads=4,
+            head_dim=64,
+            steps=32,
+            contexts=[64, 256, 1024, 4096],
+            chunk_size=64,
+            dtype="float32",
+            atol=1e-4,
+            repeats=21,
+            warmup=3,
+            threads=1,
+            prefill_len=2048,
+            prefill_repeats=5,
+        ),
         context_parallel=CONTEXT_PARALLEL,
         sparse=SPARSE,
         kv_quant=KV_QUANT,
@@ -218,6 +237,20 @@ CONFIGS = {
             split_heads=4,
             split_head_dim=64,
             split_chunk=1024,
+        ),
+        linear_attention=dict(
+            batch=1,
+            heads=2,
+            head_dim=32,
+            steps=8,
+            contexts=[64, 1024],
+            chunk_size=64,
+            dtype="float32",
+            atol=1e-4,
+            repeats=3,
+            threads=1,
+            prefill_len=512,
+            prefill_repeats=1,
         ),
         context_parallel=CONTEXT_PARALLEL_QUICK,
         sparse=SPARSE_QUICK,
@@ -275,6 +308,19 @@ CONFIGS = {
             split_head_dim=128,
             split_chunk=1024,
         ),
+        linear_attention=dict(
+            batch=8,
+            heads=16,
+            head_dim=128,
+            steps=32,
+            contexts=[256, 1024, 4096, 16384],
+            chunk_size=64,
+            dtype="float32",
+            atol=1e-3,
+            repeats=5,
+            prefill_len=4096,
+            prefill_repeats=3,
+        ),
         context_parallel=CONTEXT_PARALLEL,
         sparse=SPARSE_CUDA,
         kv_quant=KV_QUANT_CUDA,
@@ -331,6 +377,19 @@ CONFIGS = {
             split_head_dim=128,
             split_chunk=1024,
         ),
+        linear_attention=dict(
+            batch=4,
+            heads=8,
+            head_dim=128,
+            steps=8,
+            contexts=[256, 4096],
+            chunk_size=64,
+            dtype="float32",
+            atol=1e-3,
+            repeats=3,
+            prefill_len=1024,
+            prefill_repeats=1,
+        ),
         context_parallel=CONTEXT_PARALLEL_QUICK,
         sparse={**SPARSE_CUDA, "lengths": [8192, 131072], "repeats": 3},
         kv_quant={**KV_QUANT_CUDA, "prompt_len": 4096, "steps": 8, "repeats": 1},
@@ -358,6 +417,8 @@ BEYOND_RATIOS = (
 )
 # present when the config has the long_context section (notebook 12)
 LONG_CONTEXT_RATIOS = ("growing_vs_ring_cache_bytes", "ring_vs_growing_decode_time")
+# present when the config has the linear_attention section (notebook 16)
+LINEAR_ATTENTION_RATIOS = ("gated_deltanet_decode_crossover_context", "recurrent_vs_chunk_prefill_time")
 # present when the config has the sparse and kv_quant sections (notebook 17)
 SPARSE_RATIOS = ("float_vs_4bit_cache_bytes", "4bit_vs_float_decode_time")
 
@@ -632,6 +693,7 @@ def compute_ratios(report, cfg):
         **serving_ratios(report),
         **flash_triton_ratios(report),
         **context_parallel_ratios(report),
+        **linear_attention_ratios(report),
         **sparse_ratios(report),
         "ratio_notes": {
             "forward": "forward times, no_grad; sdpa = the same projections around one bare SDPA call",
@@ -654,6 +716,10 @@ def compute_ratios(report, cfg):
             "ring vs Ulysses (equal K/V and query heads), checked against what the ranks hand to "
             "torch.distributed; the zigzag ring's time per step over SDPA in one process, one "
             "thread each",
+            "linear_attention": "one Gated DeltaNet layer vs one KV-cached GroupedQueryAttention layer, the same width "
+            "and heads, one token per step after a prompt of each context length: attention / Gated DeltaNet time per "
+            "token (median over alternating rounds of each round's ratio; CPU: one thread) and bytes per sequence; "
+            "the crossover = the shortest context where attention is slower; prefill = recurrent / chunked time",
             "sparse": "one decoding query (16 heads on 2 K/V heads): SDPA over all L keys vs the lightning indexer "
             "over all L index keys, top-k, and attention over the selected keys (course_utils.dsa_attention); "
             "sparse / dense time, median of alternating rounds' ratios",
@@ -691,6 +757,10 @@ def run(cfg, device, out_path=None, log=print, quick=False):
     if "flash_triton" in cfg:
         log("FlashAttention in Triton (notebook 14) vs SDPA's flash backend")
         report["flash_triton"] = bench_flash_triton(cfg, device, log)
+    if "linear_attention" in cfg:
+        log("Linear attention: a Gated DeltaNet layer vs KV-cached attention, chunked vs recurrent prefill")
+        report["linear_decode"] = bench_linear_decode(cfg, device, log)
+        report["linear_prefill"] = bench_linear_prefill(cfg, device, log)
     if "context_parallel" in cfg:
         log("Context parallelism: bytes per rank (ring, all-gather, Ulysses) and the gloo ring's time per step")
         report["cp_bytes"] = bench_context_parallel_bytes(cfg, log)

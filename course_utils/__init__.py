@@ -18,6 +18,13 @@ from .reference.attention import (
     attend,
     simple_self_attention,
 )
+from .reference.gated_delta import (
+    chunk_gated_delta_rule,
+    chunk_kda,
+    l2norm,
+    recurrent_gated_delta_rule,
+    recurrent_kda,
+)
 from .reference.interop import copy_parameters, mha_to_gqa, to_nn_multihead, wrapper_to_mha
 from .reference.kv_cache import (
     GrowingKVCache,
@@ -78,7 +85,7 @@ from .reference.rotary import (
     rotate_every_two,
     rotate_half,
 )
-from .reference.sizes import kv_cache_bytes, mla_cache_bytes
+from .reference.sizes import kv_cache_bytes, linear_state_bytes, mla_cache_bytes
 from .reference.sliding_window import (
     RingKVCache,
     attend_with_sink_logit,
@@ -184,6 +191,13 @@ __all__ = [
     "split_sequence",
     "ulysses_attention_simulated",
     "work_per_step",
+    # linear attention and the gated delta rule (notebook 16)
+    "chunk_gated_delta_rule",
+    "chunk_kda",
+    "l2norm",
+    "linear_state_bytes",
+    "recurrent_gated_delta_rule",
+    "recurrent_kda",
     # which keys to read: DeepSeek Sparse Attention and a quantised KV cache (notebook 17)
     "LightningIndexer",
     "Quantized",

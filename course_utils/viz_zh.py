@@ -171,6 +171,24 @@ LABELS = {
     "ulysses": "Ulysses（按头切分）",
     "Llama-3.1-70B heads (64 q, 8 kv)": "Llama-3.1-70B 的头（64 个 q，8 个 kv）",
     "MHA (32 q, 32 kv)": "MHA（32 个 q，32 个 kv）",
+    # 16
+    "linear attention: S += v kᵀ": "线性注意力：S += v kᵀ",
+    "delta rule, one pass": "delta 规则，写一遍",
+    "delta rule, 20 passes": "delta 规则，写 20 遍",
+    "pairs written into a 16 x 16 state (N)": "写进 16 x 16 状态的键值对数（N）",
+    "mean relative recall error": "平均相对回忆误差",
+    "what a fixed state can recall": "固定的状态能记住多少",
+    "full attention in every layer": "每层都是完整注意力",
+    "hybrid: caches + states": "混合模型：缓存 + 状态",
+    "hybrid: the linear layers' states": "混合模型：线性层的状态",
+    "context (tokens)": "上下文（token 数）",
+    "GiB per sequence": "每条序列的 GiB",
+    "two Gated DeltaNet layers": "两层门控 DeltaNet",
+    "Gated DeltaNet + attention": "门控 DeltaNet + 注意力",
+    "guessing (1/64)": "随机猜（1/64）",
+    "key-value pairs in the sequence": "序列中的键值对数",
+    "queries answered right": "答对的查询比例",
+    "associative recall: 2 heads of 8 x 8 state per linear layer": "联想回忆：每个线性层 2 个头，每头 8 x 8 的状态",
     # 17
     "indexer warm-up loss": "索引器预热的损失",
     "recall of the dense top-4": "对稠密注意力前 4 个键的召回率",
@@ -236,6 +254,8 @@ PATTERNS = [
             ),
         ),
         (r"^step (\d+): block tables (.*)$", r"第 \1 步：块表 \2"),
+        (r"^(\S+): (\d+) linear \+ (\d+) full-attention layers$", r"\1：\2 层线性 + \3 层完整注意力"),
+        (r"^delta rule, β = (\S+), (\d+) pass\(es\)$", r"delta 规则，β = \1，写 \2 遍"),
         (
             r"^(warmed-up|untrained) indexer, top-(\d+): red frames = the keys it keeps$",
             lambda m: (

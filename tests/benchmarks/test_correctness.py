@@ -56,6 +56,20 @@ TINY = dict(
         split_chunk=8,
     ),
 )
+TINY["linear_attention"] = dict(
+    batch=2,
+    heads=2,
+    head_dim=4,
+    steps=3,
+    contexts=[5, 70],
+    chunk_size=8,
+    dtype="float32",
+    atol=1e-5,
+    repeats=1,
+    threads=1,
+    prefill_len=21,
+    prefill_repeats=1,
+)
 TINY["sparse"] = dict(
     heads=4,
     kv_heads=2,
@@ -228,6 +242,15 @@ def test_run_writes_json_with_required_keys(tmp_path):
     assert held["growing"]["bytes_held"]["10"] == 10 * 2 * 2 * 2 * 4 * 4
     assert ratios["growing_vs_ring_cache_bytes"] == 10 / 3
     assert report["long_context"]["max_abs_error"] < 1e-5
+    # linear attention: the cache grows with the context (2 * batch 2 * heads 2 * head_dim 4 * 4 bytes a token), the
+    # state does not (batch 2 * heads 2 * 4 * 4 * 4 bytes)
+    for key in bench.LINEAR_ATTENTION_RATIOS:
+        assert key in ratios, key
+    decode = report["linear_decode"]["results"]
+    assert {n: r["attention_bytes"] for n, r in decode.items()} == {"5": 5 * 128, "70": 70 * 128}
+    assert {r["gated_deltanet_bytes"] for r in decode.values()} == {2 * 2 * 4 * 4 * 4}
+    assert ratios["attention_vs_gated_deltanet_bytes_70"] == 70 * 128 / 256
+    assert report["linear_decode"]["max_abs_error"] < 1e-5 and report["linear_prefill"]["max_abs_error"] < 1e-5
     # notebook 17: the sparse step checked against SDPA, one ratio per context length; the quantised cache's bytes
     for key in bench.SPARSE_RATIOS:
         assert isinstance(ratios[key], float) and ratios[key] > 0, key
@@ -250,6 +273,19 @@ def test_ring_cache_benchmark_refuses_disagreeing_results(monkeypatch):
     )
     with pytest.raises(AssertionError, match="disagree"):
         long_context.bench_ring_cache(TINY, "cpu", log=lambda *args: None)
+
+
+def test_linear_attention_benchmark_refuses_disagreeing_results(monkeypatch):
+    from benchmarks import linear_attention
+
+    recurrence = linear_attention.recurrent_gated_delta_rule
+
+    def without_decay(q, k, v, g, beta, *args, **kwargs):  # the recurrence with the gate left out
+        return recurrence(q, k, v, torch.zeros_like(g), beta, *args, **kwargs)
+
+    monkeypatch.setattr(linear_attention, "recurrent_gated_delta_rule", without_decay)
+    with pytest.raises(AssertionError, match="disagree"):
+        linear_attention.bench_linear_prefill(TINY, "cpu", log=lambda *args: None)
 
 
 def test_online_softmax_benchmark_refuses_disagreeing_results(monkeypatch):
@@ -284,6 +320,9 @@ def test_committed_results_have_required_keys():
             assert report["ratios"]["gqa_vs_mla_cache_bytes_error"] == 0.0
         if "long_context" in report:  # results from after notebook 12
             missing = [key for key in bench.LONG_CONTEXT_RATIOS if key not in report["ratios"]]
+            assert not missing, f"{path.name} lacks ratios {missing}"
+        if "linear_decode" in report:  # results from after notebook 16
+            missing = [key for key in bench.LINEAR_ATTENTION_RATIOS if key not in report["ratios"]]
             assert not missing, f"{path.name} lacks ratios {missing}"
 
 
