@@ -5,7 +5,7 @@ a time, keeping per query row the running maximum ``m``, the running sum ``l`` a
 ``acc`` (notebook 09's online softmax, one tile per loop step). The division by ``l`` waits until the last block;
 the log-sum-exp ``lse = m + log(l)`` is stored beside the output so that a backward can recompute the probabilities
 ``exp(s - lse)`` without the (T, T) matrix. Causal: key blocks entirely above the diagonal are never loaded, and
-only the blocks that cross it are masked.
+only the blocks that cross it get the causal mask (every block masks the keys past the sequence's end).
 
 The kernel follows Triton's own fused-attention tutorial (python/tutorials/06-fused-attention.py in Triton's
 repository): its grid (query blocks x batch*heads), ``exp2`` with log2(e) folded into the scale, and the causal
