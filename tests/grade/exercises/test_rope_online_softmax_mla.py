@@ -98,12 +98,14 @@ def test_rope_reference_equals_course_utils():
 def test_online_softmax_reference_equals_course_utils():
     for case in get("online_softmax").make_cases():
         q, k, v, block_size, causal = case.calls[0].args
-        # course_utils in float64 against the grader's float32, on cases from a fresh secret seed: float32's tolerance
+        # course_utils in float64 against the grader's float32, on cases from a fresh secret seed, at the tolerance
+        # the grader itself grants the case (scores in the hundreds lose digits to float32's rounding of exp)
+        rtol, atol = case.meta.get("tol", (1e-4, 2e-5))
         q, k, v = q.double(), k.double(), v.double()
         out, lse = cu.online_softmax_attention(q, k, v, block_size=block_size, causal=causal)
         expected = get("online_softmax").expected(case, get("online_softmax").correct)
-        torch.testing.assert_close(expected["step1.out"].double(), out, rtol=1e-4, atol=2e-5)
-        torch.testing.assert_close(expected["step1.lse"].double(), lse, rtol=1e-4, atol=2e-5)
+        torch.testing.assert_close(expected["step1.out"].double(), out, rtol=rtol, atol=atol)
+        torch.testing.assert_close(expected["step1.lse"].double(), lse, rtol=rtol, atol=atol)
         assert expected.get("step1.tiled", torch.tensor(1.0)) == 1.0
 
 
