@@ -165,7 +165,9 @@ def test_the_docs_name_every_kind_with_its_exercises(doc):
         said = re.findall(rf"`?\b{kind}\b`?\s*[(（]([^()（）]*)[)）]", text)
         numbers = kind_exercises(kind, lang)
         if not any(trailing_numbers(inside) == numbers for inside in said):
-            wrong.append(f"{kind} ({'<what it calls>' if lang == 'en' else '<它调用什么>'}, {numbers})")
+            wrong.append(
+                f"{kind} ({'<what it calls>' if lang == 'en' else '<它调用什么>'}{', ' if numbers else ''}{numbers})"
+            )
     assert not wrong, (
         f"{doc}: where it lists the kinds of exercise, name each with the exercises of that kind, in course order: "
         + "; ".join(wrong)
