@@ -106,7 +106,9 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
                 and _code_meta(mine) == _code_meta(cell)
             )
             new = copy.deepcopy(mine if same else cell)
-            new["source"], new["metadata"] = copy.deepcopy(cell["source"]), copy.deepcopy(cell.get("metadata", {}))
+            # the English cell's metadata but how it last ran: a twin keeps its own run (its outputs are its own)
+            ran = {k: v for k, v in (mine if same else {}).get("metadata", {}).items() if k in _RUN_META}
+            new["source"], new["metadata"] = copy.deepcopy(cell["source"]), {**copy.deepcopy(_code_meta(cell)), **ran}
             code_changed |= not same
         else:  # raw cells are copied
             new = copy.deepcopy(cell)

@@ -50,6 +50,28 @@ def test_every_notebook_has_an_up_to_date_translated_twin():
     assert not found, "run `make twins` and translate:\n" + "\n".join(found)
 
 
+def test_make_twins_leaves_the_checkout_as_it_is():
+    """Rebuilding every twin of the checkout changes none (`make twins` writes only what changed): the English
+    notebook's run metadata (nbconvert's timings) does not travel into its twin."""
+    rewritten = []
+    for english in twins.english_notebooks():
+        twin = twins.twin_path(english)
+        if twins.assemble(twins.load(english), twins.load(twin))[0] != twins.load(twin):
+            rewritten.append(str(twin.relative_to(ROOT)))
+    assert not rewritten, f"`make twins` would rewrite twins it has nothing to change in: {rewritten}"
+
+
+def test_a_twin_keeps_its_own_run_metadata():
+    english = copy.deepcopy(ENGLISH)
+    english["cells"][1]["metadata"] = {"execution": {"shell.execute_reply": "English run"}, "tags": ["t"]}
+    twin = _translated()
+    twin["cells"][1]["metadata"] = {"execution": {"shell.execute_reply": "twin's run"}, "tags": ["t"]}
+    rebuilt, changed = twins.assemble(english, twin)
+    assert not changed and rebuilt["cells"][1]["metadata"] == twin["cells"][1]["metadata"]
+    english["cells"][1]["source"] = "x = 2"  # new code: the twin runs again and records its own run then
+    assert twins.assemble(english, twin)[0]["cells"][1]["metadata"] == {"tags": ["t"]}
+
+
 def test_chinese_exercises_are_generated_from_the_chinese_solutions():
     stale = gen.generate(ROOT / "solutions" / "zh-CN", ROOT / "exercises" / "zh-CN", check=True)
     assert not stale, "run `make exercises`: " + "; ".join(stale)

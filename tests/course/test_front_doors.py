@@ -38,7 +38,21 @@ def test_the_stated_total_time_is_the_tables_sum(readme, rows):
     hours = [int(stated.group(i)) + FRACTIONS[stated.group(i + 1)] for i in (1, 3, 5)]
     notebooks, exercises = _minutes(rows)
     summed = [(notebooks + exercises) / 60, notebooks / 60, exercises / 60]
-    assert all(abs(h - s) <= 0.125 for h, s in zip(hours, summed, strict=True)), (readme, hours, summed)
+    said = [_quarters(h) for h in summed]
+    sentence = (
+        f"大约 {said[0]} 小时，其中笔记本 {said[1]} 小时，练习 {said[2]} 小时"
+        if "zh-CN" in readme
+        else f"about {said[0]} hours, {said[1]} of notebooks and {said[2]} of exercises"
+    )
+    assert all(abs(h - s) <= 0.125 for h, s in zip(hours, summed, strict=True)), (
+        f"{readme}: the path table's times add up to {sentence!r}; it says {stated.group(0)!r}: write the sums"
+    )
+
+
+def _quarters(hours: float) -> str:
+    """Hours to the nearest quarter, as the READMEs write them ("18½")."""
+    whole, quarter = divmod(round(hours * 4), 4)
+    return f"{whole}{['', '¼', '½', '¾'][quarter]}"
 
 
 def test_the_prerequisites_are_stated():

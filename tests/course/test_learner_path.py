@@ -67,12 +67,20 @@ def test_the_readmes_have_one_path_table_in_course_order():
             assert ex == f"exercises/{Path(ex).name}" and zh_ex == f"exercises/zh-CN/{Path(ex).name}"
             assert sol == f"solutions/{Path(ex).name}" and zh_sol == f"solutions/zh-CN/{Path(ex).name}"
             for path in (nb, ex, sol, zh_nb, zh_ex, zh_sol):
-                assert (ROOT / path).is_file(), path
+                assert (ROOT / path).is_file(), (
+                    f"the READMEs' path tables link {path}, which does not exist (an exercise's notebooks come from "
+                    "`make exercises` and `make twins`; a removed exercise's links go from every table)"
+                )
 
 
 def test_every_exercise_is_on_the_path_once():
     exercises = [Path(ex).name for _, pairs, *_ in EN for ex, _ in pairs]
-    assert sorted(exercises) == sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb"))
+    handed_out = sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb"))
+    assert sorted(exercises) == handed_out, (
+        f"README.md's path table and exercises/ differ: not in the table {sorted(set(handed_out) - set(exercises))} "
+        f"(tests/course/test_tables.py gives each row to write), linked more than once or missing from exercises/ "
+        f"{sorted(ex for ex in set(exercises) if exercises.count(ex) > 1 or ex not in handed_out)}"
+    )
 
 
 def test_the_two_readmes_agree_on_times_and_questions():

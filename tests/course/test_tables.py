@@ -120,6 +120,60 @@ def test_every_exercise_has_its_row_in_every_table(table):
     )
 
 
+# ------------------------------------------------------------------------------------------------ the kinds
+
+
+def kind_exercises(kind: str, lang: str) -> str:
+    """The numbers of a kind's exercises as the map and the walk-through write them: "01-08, 10, 12" (runs of three
+    or more as a range), "01–08、10、12" in Chinese."""
+    labels = [number(ex) for ex in in_course_order() if ex.kind == kind]
+    parts: list[str] = []
+    i = 0
+    while i < len(labels):
+        j = i
+        while j + 1 < len(labels) and labels[j + 1].isdigit() and labels[j].isdigit():
+            if int(labels[j + 1]) != int(labels[j]) + 1:
+                break
+            j += 1
+        parts += [f"{labels[i]}{'–' if lang == 'zh' else '-'}{labels[j]}"] if j - i >= 2 else labels[i : j + 1]
+        i = j + 1
+    return ("、" if lang == "zh" else ", ").join(parts)
+
+
+_LABEL = r"\d\d[a-z]?(?:[-–]\d\d)?"
+_TRAILING = re.compile(rf"({_LABEL}(?:(?:, |、){_LABEL})*)\s*$")
+
+
+def trailing_numbers(text: str) -> str:
+    """The exercises' numbers a parenthesis ends with ("a Triton kernel, 14" -> "14"), or ""."""
+    found = _TRAILING.search(text)
+    return found.group(1) if found else ""
+
+
+# the documents that name every kind with its exercises: ARCHITECTURE.md's kinds/ entry, the walk-throughs
+KIND_LISTS = {"ARCHITECTURE.md": "en", "CONTRIBUTING.md": "en", "CONTRIBUTING.zh-CN.md": "zh"}
+
+
+@pytest.mark.parametrize("doc", KIND_LISTS)
+def test_the_docs_name_every_kind_with_its_exercises(doc):
+    from course_utils.grade.kinds import KINDS
+
+    lang = KIND_LISTS[doc]
+    text = re.sub(r"\n(?!\n)", "" if lang == "zh" else " ", (ROOT / doc).read_text(encoding="utf-8"))
+    wrong = []
+    for kind in KINDS:
+        said = re.findall(rf"`?\b{kind}\b`?\s*[(（]([^()（）]*)[)）]", text)
+        numbers = kind_exercises(kind, lang)
+        if not any(trailing_numbers(inside) == numbers for inside in said):
+            wrong.append(
+                f"{kind} ({'<what it calls>' if lang == 'en' else '<它调用什么>'}{', ' if numbers else ''}{numbers})"
+            )
+    assert not wrong, (
+        f"{doc}: where it lists the kinds of exercise, name each with the exercises of that kind, in course order: "
+        + "; ".join(wrong)
+    )
+
+
 # ------------------------------------------------------------------------------------------------ the points
 
 
