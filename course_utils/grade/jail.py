@@ -480,7 +480,11 @@ def _reaped(proc, within: float) -> float | None:
     reaped, the kernel's count (wait4); None while it runs."""
     deadline = time.monotonic() + within
     while True:
-        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        try:
+            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already: Popen has its code, the kernel's count is gone
+            proc.poll()
+            return 0.0
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
             return rusage.ru_utime + rusage.ru_stime
@@ -498,7 +502,11 @@ def _kill_group(proc) -> float:
         pass
     if proc.returncode is not None:
         return 0.0
-    _, status, rusage = os.wait4(proc.pid, 0)
+    try:
+        _, status, rusage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped already: Popen has its code, the kernel's count is gone
+        proc.wait()
+        return 0.0
     proc.returncode = os.waitstatus_to_exitcode(status)
     return rusage.ru_utime + rusage.ru_stime
 
