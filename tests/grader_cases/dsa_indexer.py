@@ -101,6 +101,18 @@ DSA_MUTANTS = [
             '    returned = indices\n    indices = indices.masked_fill(values == float("-inf"), -1)\n',
         ).replace("    return out, indices\n", "    return out, returned\n"),
     ),
+    (  # argsort without descending=True: the hidden future keys and the lowest scores first
+        "dsa_smallest_selected",
+        DSA_ALTERNATIVES["sort_and_sdpa"].replace("argsort(dim=-1, descending=True)", "argsort(dim=-1)"),
+    ),
+    (  # sort without descending=True, then the first top_k: a first row that sees no key it kept is NaN here
+        "dsa_smallest_selected",
+        DSA.replace(
+            '    values, indices = scores.masked_fill(future, float("-inf")).topk(min(top_k, T), dim=-1)\n',
+            '    values, indices = scores.masked_fill(future, float("-inf")).sort(dim=-1)\n'
+            "    values, indices = values[..., : min(top_k, T)], indices[..., : min(top_k, T)]\n",
+        ),
+    ),
     ("dsa_no_relu", {"RELU": "dots = dots"}),
     ("dsa_softmax_over_head_weights", {"WEIGHTS": "w = torch.softmax(weights, dim=-1)"}),
     ("dsa_unweighted_heads", {"WEIGHTS": "w = torch.ones_like(weights)"}),

@@ -43,6 +43,10 @@ class DsaVariant:
     # gathered -1 wraps to key T - 1, a future key). Clamping the -1 slots to 0 in a mask is harmless: a row with a
     # -1 slot keeps every key it sees, key 0 included
     shared: bool = True  # False: query head h attends to the top-k of indexer head h's own dot products q_h . k
+    largest: bool = True  # False: the ranking ascending (argsort without descending=True): the first top_k slots are
+    # the hidden future keys (-inf, then -1) and the lowest-scoring visible keys
+    empty_row: str = "nan"  # what a query that attends to no key gets (only a mistake leaves one so): nan, a softmax
+    # over -inf alone, or zero, as PyTorch's scaled_dot_product_attention gives
     padded: bool = True  # False: the indices returned are topk's as they are, future keys in the slots of a row that
     # sees fewer than top_k keys (the attention itself masks them out: only the indices are wrong)
 
@@ -64,7 +68,12 @@ def select(scores, top_k, v: DsaVariant, padded: bool = True):
     t = scores.shape[-1]
     hide = torch.ones(t, t, dtype=torch.bool).triu(1) if v.causal else torch.zeros(t, t, dtype=torch.bool)
     kept = min(top_k, t)
-    values, indices = scores.masked_fill(hide, float("-inf")).topk(kept, dim=-1)
+    masked = scores.masked_fill(hide, float("-inf"))
+    if v.largest:
+        values, indices = masked.topk(kept, dim=-1)
+    else:
+        indices = masked.argsort(dim=-1)[..., :kept]
+        values = masked.gather(-1, indices)
     if padded:
         indices = indices.masked_fill(values == float("-inf"), -1)
     if kept < top_k:
@@ -83,7 +92,8 @@ def attend_selected(q, k, v_, indices, v: DsaVariant):
         slots = per_head.masked_fill(per_head < 0, t)  # a spare column takes the -1 slots
         keep = torch.zeros(b, h, t, t + 1, dtype=torch.bool).scatter_(-1, slots, True)[..., :t]
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-        return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v_
+        out = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v_
+        return out.nan_to_num(0.0) if v.empty_row == "zero" else out
     slots = per_head.clamp(min=0) if v.padding == "first_key" else per_head % t
     gather = slots.reshape(b, h, t * slots.shape[-1], 1)
     k_sel = k.gather(2, gather.expand(-1, -1, -1, d)).view(b, h, t, -1, d)
@@ -153,10 +163,14 @@ def well_separated(args, variants) -> bool:
     for v in variants:
         scores = index_scores(q_idx, k_idx, weights, v)
         hide = torch.ones(t, t, dtype=torch.bool).triu(1) if v.causal else torch.zeros(t, t, dtype=torch.bool)
-        ranked = scores.masked_fill(hide, float("-inf")).sort(dim=-1, descending=True).values
-        gap = ranked[..., top_k - 1] - ranked[..., top_k]  # (..., T)
+        ranked = scores.masked_fill(hide, float("-inf")).sort(dim=-1, descending=v.largest).values
         scale = scores.masked_fill(hide, 0.0).abs().amax(-1).clamp_min(1e-6)
-        choosing = rows if v.causal else torch.ones(t, dtype=torch.bool)
+        if v.largest:
+            gap = ranked[..., top_k - 1] - ranked[..., top_k]  # (..., T)
+            choosing = rows if v.causal else torch.ones(t, dtype=torch.bool)
+        else:  # ascending: a boundary inside the hidden keys (all -inf, all read as -1) makes no choice
+            gap = ranked[..., top_k] - ranked[..., top_k - 1]
+            choosing = torch.isfinite(ranked[..., top_k - 1])
         if bool(((gap <= MARGIN * scale) & choosing).any()):
             return False
     return True
@@ -239,6 +253,7 @@ M_NOT_CAUSAL = Mistake("dsa_selection_not_causal")
 M_PADDING = Mistake("dsa_padding_attended")
 M_PER_HEAD = Mistake("dsa_selection_per_head")
 M_NOT_PADDED = Mistake("dsa_indices_not_padded")
+M_SMALLEST = Mistake("dsa_smallest_selected")
 
 
 def mutants() -> list:
@@ -253,6 +268,8 @@ def mutants() -> list:
         mutant(M_PADDING, replace(ok, padding="last_key")),
         mutant(M_PER_HEAD, replace(ok, shared=False)),
         mutant(M_NOT_PADDED, replace(ok, padded=False)),
+        mutant(M_SMALLEST, replace(ok, largest=False), paired=False),  # its first rows select no visible key
+        mutant(M_SMALLEST, replace(ok, largest=False, empty_row="zero"), paired=False),
     ]
 
 
@@ -300,6 +317,13 @@ TEXTS: dict[str, tuple[str, str]] = {
         "slots whose topk value is -inf to -1)",
         "返回的下标不是实际关注的键：看得到的键不足 top_k 个的查询，其余位置放的是未来的键（topk 会在 -inf 分数"
         "里也挑几个出来）；接口约定这些位置填 -1（把 topk 值为 -inf 的位置设为 -1）",
+    ),
+    "mutant.dsa_smallest_selected": (
+        "the lowest scores were selected: the ranking went in ascending order (argsort or sort without "
+        "descending=True), so the first top_k slots held the hidden future keys and the visible keys of lowest "
+        "score; rank in descending order, or use topk",
+        "选中的是分数最低的键：排序是升序的（argsort 或 sort 没写 descending=True），所以前 top_k 个位置放的是"
+        "被遮住的未来键和分数最低的可见键；应按降序排，或者直接用 topk",
     ),
     **case_titles(
         {
