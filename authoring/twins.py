@@ -105,10 +105,12 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
                 and _source(mine) == _source(cell)
                 and _code_meta(mine) == _code_meta(cell)
             )
+            # the same code keeps the twin's own cell, its run's timings included (not the English notebook's); new
+            # code takes the English cell's metadata without the timings, as execute() saves a twin
             new = copy.deepcopy(mine if same else cell)
-            # the English cell's metadata but how it last ran: a twin keeps its own run (its outputs are its own)
-            ran = {k: v for k, v in (mine if same else {}).get("metadata", {}).items() if k in _RUN_META}
-            new["source"], new["metadata"] = copy.deepcopy(cell["source"]), {**copy.deepcopy(_code_meta(cell)), **ran}
+            new["source"] = copy.deepcopy(cell["source"])
+            meta = mine.get("metadata", {}) if same else cell.get("metadata", {})
+            new["metadata"] = copy.deepcopy({k: v for k, v in meta.items() if same or k != "execution"})
             code_changed |= not same
         else:  # raw cells are copied
             new = copy.deepcopy(cell)
@@ -126,6 +128,10 @@ def assemble(english: dict, twin: dict | None) -> tuple[dict, bool]:
     meta["kernelspec"] = dict(KERNELSPEC)  # what JupyterLab writes: opening a twin leaves it unchanged
     out = {k: copy.deepcopy(v) for k, v in english.items() if k not in ("cells", "metadata")}
     out.update(cells=cells, metadata=meta)
+    if twin is not None:  # the twin's order of keys: a twin that changes is written back in the order it had
+        out = {**{k: out[k] for k in twin if k in out}, **out}
+        meta_order = twin.get("metadata", {})
+        out["metadata"] = {**{k: meta[k] for k in meta_order if k in meta}, **meta}
     return out, code_changed
 
 

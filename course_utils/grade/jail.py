@@ -311,10 +311,12 @@ class Outcome:
         timed_out: bool,
         too_big: bool,
         usage: limits.Usage | None = None,
+        cpu_seconds: float = 0.0,
     ):
         self.returncode, self.result, self.stderr_tail = returncode, result, stderr_tail
         self.timed_out, self.too_big = timed_out, too_big
         self.usage = usage or limits.Usage()
+        self.cpu_seconds = cpu_seconds  # what its processes computed: what it spent of a CPU-time budget
 
 
 def _drain(stream, keep: int, sink: list[tuple[bytes, bool]], limit: int | None = None):
@@ -336,6 +338,7 @@ def run(
     plan: bytes,
     *,
     timeout: float,
+    wall: float | None = None,
     slot: int = 0,
     sandboxed: bool = True,
     mounts: Sequence[str] = (),
@@ -345,19 +348,29 @@ def run(
     """Run the harness on ``submission`` with ``plan``, the course's subpackages ``mounts`` (their functions
     ``withheld``) and the environment ``env`` added for the plan's kinds; the submission itself is only read. In the
     sandbox, a child of a fork server where one can be had and the kinds mount nothing more, else a sandbox started
-    for this submission alone."""
+    for this submission alone. ``timeout``: CPU seconds; ``wall``: the wall-clock backstop (default
+    ``limits.WALL_FACTOR`` times ``timeout``). The Outcome says the CPU time the run used (``cpu_seconds``)."""
+    wall = timeout * limits.WALL_FACTOR if wall is None else wall
     if sandboxed and not mounts and not withheld and fork_servers_wanted():
         server = _servers.take()
         if server is not None:
             try:
-                outcome = server.run(submission, plan, timeout=timeout, env=env)
+                outcome = server.run(submission, plan, timeout=timeout, wall=wall, env=env)
             except ServerGone:  # the server itself failed (never the submission): this one is graded alone
                 server.close()
             else:
                 _servers.give_back(server)
                 return outcome
     return _run_alone(
-        submission, plan, timeout=timeout, slot=slot, sandboxed=sandboxed, mounts=mounts, withheld=withheld, env=env
+        submission,
+        plan,
+        timeout=timeout,
+        wall=wall,
+        slot=slot,
+        sandboxed=sandboxed,
+        mounts=mounts,
+        withheld=withheld,
+        env=env,
     )
 
 
@@ -366,6 +379,7 @@ def _run_alone(
     plan: bytes,
     *,
     timeout: float,
+    wall: float,
     slot: int,
     sandboxed: bool,
     mounts: Sequence[str],
@@ -432,44 +446,69 @@ def _run_alone(
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        timed_out = _wait(proc, timeout)
-        _kill_group(proc)
+        timed_out, cpu = _wait(proc, timeout, wall)
+        cpu = max(cpu, _kill_group(proc))
         usage = box.close()  # also kills what escaped the session (a cgroup holds every descendant)
         for t in readers:
             t.join(timeout=10)
     stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
     result, too_big = results[0] if results else (b"", False)
-    return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage)
+    return Outcome(proc.returncode, result, stderr, timed_out, too_big, usage, cpu)
 
 
-def _wait(proc, budget: float) -> bool:
-    """Wait for the child; whether it ran out of time. Its budget is CPU time (limits.tree_cpu_seconds), so that
-    a busy machine or slow page faults never turn a correct submission into a timeout; one that waits instead
-    of computing is stopped after ``limits.WALL_FACTOR`` budgets of wall time. Without /proc: wall time alone."""
+def _wait(proc, budget: float, wall: float | None = None) -> tuple[bool, float]:
+    """Wait for the child: (whether it ran out of time, the CPU seconds its processes used). Its budget is CPU time
+    (limits.tree_cpu_seconds), so that a busy machine or slow page faults never turn a correct submission into a
+    timeout; one that waits instead of computing is stopped after ``wall`` seconds (default ``limits.WALL_FACTOR``
+    budgets). Without /proc: wall time alone, and the time it used is the wall time it took."""
+    wall = budget * limits.WALL_FACTOR if wall is None else wall
+    started = time.monotonic()
     if not os.path.isdir("/proc"):
-        try:
-            proc.wait(timeout=budget)
-            return False
-        except subprocess.TimeoutExpired:
-            return True
-    deadline = time.monotonic() + budget * limits.WALL_FACTOR
+        return _reaped(proc, budget) is None, time.monotonic() - started
+    used = 0.0
+    while True:
+        ended = _reaped(proc, 0.2)
+        if ended is not None:  # what it and every process it reaped used, and at least what was last seen
+            return False, max(used, ended)
+        used = max(used, limits.tree_cpu_seconds(proc.pid))
+        if time.monotonic() - started > wall or used > budget:
+            return True, used
+
+
+def _reaped(proc, within: float) -> float | None:
+    """Reap ``proc`` if it ends within ``within`` seconds: the CPU seconds it used with every descendant it (or they)
+    reaped, the kernel's count (wait4); None while it runs."""
+    deadline = time.monotonic() + within
     while True:
         try:
-            proc.wait(timeout=0.2)
-            return False
-        except subprocess.TimeoutExpired:
-            pass
-        if time.monotonic() > deadline or limits.tree_cpu_seconds(proc.pid) > budget:
-            return True
+            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already: Popen has its code, the kernel's count is gone
+            proc.poll()
+            return 0.0
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return rusage.ru_utime + rusage.ru_stime
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
 
-def _kill_group(proc):
-    """Kill the child's whole session: in the sandbox, bwrap's death ends its PID namespace too."""
+def _kill_group(proc) -> float:
+    """Kill the child's whole session (in the sandbox, bwrap's death ends its PID namespace too); the CPU seconds
+    wait4 reports for it where it is reaped here (0 where it was reaped before)."""
     try:
         os.killpg(proc.pid, 9)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+    if proc.returncode is not None:
+        return 0.0
+    try:
+        _, status, rusage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped already: Popen has its code, the kernel's count is gone
+        proc.wait()
+        return 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return rusage.ru_utime + rusage.ru_stime
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -571,8 +610,9 @@ class ForkServer:
                     return host_pid
         return self._host_pid(int(answer["pid"]))
 
-    def _status(self, timeout: float | None) -> int | None:
-        """The child's exit code, when the server says it ended within ``timeout`` seconds (else None)."""
+    def _status(self, timeout: float | None) -> tuple[int, float] | None:
+        """(the child's exit code, the CPU seconds the server's wait4 counted for it and what it reaped), when the
+        server says it ended within ``timeout`` seconds (else None)."""
         self.sock.settimeout(timeout)
         try:
             answer = json.loads(self.sock.recv(1 << 16) or b"{}")
@@ -582,23 +622,37 @@ class ForkServer:
             raise ServerGone(str(exc)) from exc
         if "status" not in answer:
             raise ServerGone(str(answer))
-        return int(answer["status"])
+        cpu = answer.get("cpu")
+        return int(answer["status"]), float(cpu) if isinstance(cpu, (int, float)) else 0.0
 
-    def _wait(self, host_pid: int, budget: float) -> int | None:
-        """The child's exit code, or None when it ran out of time: as for a sandbox of its own (``_wait``), a budget
-        of CPU time over the child's processes, and ``limits.WALL_FACTOR`` budgets of wall time as the backstop."""
+    def _wait(self, host_pid: int, budget: float, wall: float) -> tuple[int | None, float]:
+        """(the child's exit code, or None when it ran out of time; the CPU seconds it used): as for a sandbox of its
+        own (``_wait``), a budget of CPU time over the child's processes, and ``wall`` seconds as the backstop."""
+        started = time.monotonic()
         if not os.path.isdir("/proc"):
-            return self._status(budget)
-        deadline = time.monotonic() + budget * limits.WALL_FACTOR
+            ended = self._status(budget)
+            return None if ended is None else ended[0], time.monotonic() - started
+        used = 0.0
         while True:
-            status = self._status(0.2)
-            if status is not None:
-                return status
-            if time.monotonic() > deadline or limits.tree_cpu_seconds(host_pid) > budget:
-                return None
+            ended = self._status(0.2)
+            if ended is not None:
+                return ended[0], max(used, ended[1])
+            used = max(used, limits.tree_cpu_seconds(host_pid))
+            if time.monotonic() - started > wall or used > budget:
+                return None, used
 
-    def run(self, submission: Path, plan: bytes, *, timeout: float, env: Mapping[str, str] | None = None) -> Outcome:
-        """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's)."""
+    def run(
+        self,
+        submission: Path,
+        plan: bytes,
+        *,
+        timeout: float,
+        wall: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Outcome:
+        """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's), within
+        ``timeout`` CPU seconds and ``wall`` seconds (default ``limits.WALL_FACTOR`` times ``timeout``)."""
+        wall = timeout * limits.WALL_FACTOR if wall is None else wall
         tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
         nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks  # RLIMIT_NPROC counts the whole user's
         request = {
@@ -645,16 +699,17 @@ class ForkServer:
                     stdin.write(plan)
             except BrokenPipeError:
                 pass
-            status = self._wait(host_pid, timeout)
+            status, cpu = self._wait(host_pid, timeout, wall)
             timed_out = status is None
             if timed_out:
                 try:
                     os.kill(host_pid, 9)  # its namespace's first process dies with it, and with that every process
                 except ProcessLookupError:
                     pass
-                status = self._status(30)
-                if status is None:
+                ended = self._status(30)
+                if ended is None:
                     raise ServerGone("the server did not reap a killed child")
+                status, cpu = ended[0], max(cpu, ended[1])
             with os.fdopen(ready_r, "rb") as said:
                 ours.remove(ready_r)
                 made = said.read(len(SET_UP)) == SET_UP
@@ -672,7 +727,7 @@ class ForkServer:
         stderr = errs[0][0].decode("utf-8", "replace") if errs else ""
         result, too_big = results[0] if results else (b"", False)
         returncode = -9 if timed_out else status
-        return Outcome(returncode, result, stderr, timed_out, too_big, usage)
+        return Outcome(returncode, result, stderr, timed_out, too_big, usage, cpu)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -71,6 +71,7 @@ TEXTS: dict[str, tuple[str, str]] = {
 
 CELL_TIMEOUT = 10.0
 TOTAL_TIMEOUT = limits.SUBMISSION_BUDGET  # per submission, all its sandbox runs together
+MIN_GROUP_BUDGET = 1.0  # CPU seconds a later sandbox of a submission gets however little its budget has left
 
 
 @dataclass
@@ -80,6 +81,7 @@ class SubmissionReport:
     notes: list = field(default_factory=list)  # cell errors and other remarks
     error: str | None = None  # why nothing could be graded
     peak_memory: int = 0  # bytes, the largest of its sandbox runs (0 where not measured)
+    cpu_seconds: float = 0.0  # what its sandbox runs computed together: what it spent of its budget
     seconds: float = 0.0  # wall time, set by the batch
     limit_notes: list = field(default_factory=list, repr=False)  # limits hit by a run that still finished
 
@@ -132,9 +134,12 @@ def _sandbox(
     sandboxed: bool,
     group: list,
     report: SubmissionReport | None = None,
+    wall: float | None = None,
 ) -> tuple[Any, Any]:
     """(data, None) from a run of the harness on ``plan`` (its exercises ``group``: their kinds say what the sandbox
-    adds), or (None, (key, message)) when nothing usable came back."""
+    adds) within ``total_timeout`` CPU seconds and ``wall`` seconds (default ``limits.WALL_FACTOR`` times as many),
+    or (None, (key, message)) when nothing usable came back. Adds the CPU time it used to ``report``."""
+    wall = total_timeout * limits.WALL_FACTOR if wall is None else wall
     buffer = io.BytesIO()
     torch.save(plan, buffer)
     env: dict[str, str] = {}
@@ -145,10 +150,12 @@ def _sandbox(
         packages, functions = ex.how.mounts(ex)
         mounts += [p for p in packages if p not in mounts]
         withheld.update(functions)
+    started = time.monotonic()
     outcome = jail.run(
         path,
         buffer.getvalue(),
         timeout=total_timeout,
+        wall=wall,
         slot=slot,
         sandboxed=sandboxed,
         mounts=tuple(mounts),
@@ -158,13 +165,15 @@ def _sandbox(
     usage = getattr(outcome, "usage", None) or limits.Usage()
     if report is not None:
         report.peak_memory = max(report.peak_memory, usage.peak)
+        cpu = getattr(outcome, "cpu_seconds", None)  # unknown: what it took of the clock, the most it can have used
+        report.cpu_seconds += cpu if isinstance(cpu, (int, float)) else time.monotonic() - started
     # memory first: what the accounting (the cgroup's events, the watchdog) saw, whatever the clock said after
     if usage.hit == "memory" and (outcome.timed_out or not outcome.result):
         return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
     if outcome.timed_out:
         return None, (
             "timeout",
-            Msg("run.timeout", seconds=total_timeout, wall=total_timeout * limits.WALL_FACTOR),
+            Msg("run.timeout", seconds=round(total_timeout, 1), wall=round(wall, 1)),
         )
     if outcome.too_big:
         return None, ("crashed", Msg("run.too_large"))
@@ -212,7 +221,9 @@ def grade_file(
     (the capstone's: the course's GPT, and so its attention modules) runs in a sandbox of its own."""
     path = Path(path)
     report = SubmissionReport(str(path))
-    deadline = time.monotonic() + total_timeout  # the budget covers every sandbox this submission gets
+    # the budget covers every sandbox this submission gets: CPU seconds (what each run computed is taken off for the
+    # next), and the wall-clock backstop over them all
+    backstop = time.monotonic() + total_timeout * limits.WALL_FACTOR
     for ex in exercises or []:
         get(ex)  # a clear error for an unknown exercise
     try:
@@ -257,9 +268,10 @@ def grade_file(
             report.results += [Graded(ex).verdict([], refused[ex.id]) for ex in group]
             continue
         graded = {ex.id: Graded(ex) for ex in group}  # a fresh secret seed per submission
-        left = max(1.0, deadline - time.monotonic())
+        left = max(MIN_GROUP_BUDGET, total_timeout - report.cpu_seconds)
+        wall = min(left * limits.WALL_FACTOR, max(MIN_GROUP_BUDGET * limits.WALL_FACTOR, backstop - time.monotonic()))
         plan = {**base, "exercises": {ex.id: graded[ex.id].plan() for ex in group}}
-        data, failed = _sandbox(path, plan, left if not shared else total_timeout, slot, sandboxed, group, report)
+        data, failed = _sandbox(path, plan, left, slot, sandboxed, group, report, wall)
         if failed:
             report.results += [graded[ex.id].failure(*failed) for ex in group]
             if shared:  # the file's own run: nothing of it could be graded

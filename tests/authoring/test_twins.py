@@ -264,3 +264,33 @@ def test_a_twin_carries_the_kernelspec_jupyterlab_writes():
     english = copy.deepcopy(ENGLISH)
     english["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     assert twins.assemble(english, None)[0]["metadata"]["kernelspec"] == KERNELSPEC
+
+
+def _timed(nb, stamp):
+    """``nb`` as a run left it: its code cells' execution metadata (timings) say ``stamp``."""
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["metadata"]["execution"] = {"iopub.status.idle": stamp}
+    return nb
+
+
+def test_a_sync_leaves_the_twins_of_unchanged_notebooks_byte_identical(tmp_path):
+    # each edition keeps its own run's timings, and its keys in the order they were saved
+    (tmp_path / "notebooks" / "zh-CN").mkdir(parents=True)
+    (tmp_path / "solutions").mkdir()
+    for name in ("same", "changed"):
+        twins.dump(_timed(ENGLISH, "english run"), tmp_path / "notebooks" / f"{name}.ipynb")
+        twin = _timed(_translated(), "twin run")
+        twin = {"cells": twin.pop("cells"), **twin}  # the cells first, unlike the English notebook
+        twins.dump(twin, tmp_path / "notebooks" / "zh-CN" / f"{name}.ipynb")
+    english = _timed(ENGLISH, "english run")
+    english["cells"][1]["source"] = "x = 2"
+    twins.dump(english, tmp_path / "notebooks" / "changed.ipynb")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "notebooks" / "zh-CN").glob("*.ipynb")}
+    changed = twins.sync(tmp_path, run="none")
+    assert changed == [tmp_path / "notebooks" / "zh-CN" / "changed.ipynb"]
+    assert (tmp_path / "notebooks" / "zh-CN" / "same.ipynb").read_bytes() == before["same.ipynb"]
+    rewritten = twins.load(tmp_path / "notebooks" / "zh-CN" / "changed.ipynb")
+    assert rewritten["cells"][1]["source"] == "x = 2" and "execution" not in rewritten["cells"][1]["metadata"]
+    assert list(rewritten)[0] == "cells" and twins.problems(tmp_path) == []

@@ -199,8 +199,12 @@ class LabServer:
             f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}",
             "--LabApp.extension_manager=readonly",
             "--ServerApp.terminals_enabled=False",
-            "--LabApp.expose_app_in_browser=True",
-        ]  # window.jupyterapp: the page helpers ask it what is open
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the page helpers ask it what is open
+            # the server's config files from the private folder alone: without this Jupyter reads them from the
+            # environment's etc/jupyter too (make setup's copy), and a server meant to run without the Python config
+            # would run with it (its extensions' config.d folders are still read from the environment)
+            f"--ServerApp.config_file={self.workdir / 'config' / 'jupyter_server_config.json'}",
+        ]
         if os.geteuid() == 0:  # CI containers run as root
             cmd.append("--allow-root")
         log = open(self.log_path, "wb")

@@ -9,10 +9,15 @@ minutes, and notebooks of each kind (a notebook, a twin, an exercise, a solution
 several autosaves; `git status` must stay empty. Twice:
 
 * with only the JSON server config: the committed files alone must be right (where a deployment lacks etc/jupyter's
-  Python config). A control committed with the old display name "Python 3" must come out modified, so the test
-  sees an autosave that rewrites a notebook when there is one;
+  Python config). A control committed with the old display name "Python 3" is read first and must come out
+  modified: proof that this server's autosave rewrites a notebook whose kernel names differ, before the others
+  are held to staying clean;
 * with the server config `make setup` installs (etc/jupyter): a notebook committed as if run under another Python
-  version stays clean too.
+  version, and the control, are saved by autosave (the server's log says so) and stay clean too.
+
+What JupyterLab writes is known once the kernel has answered its info request and its spec is loaded (the kernel's
+names then are in the notebook's model); a notebook that must change is waited for, up to a generous deadline, and
+one that must not is left open a fixed READ_S past that point, several autosaves.
 """
 
 import json
@@ -34,7 +39,8 @@ from jlab import (
 skip_unless_browser_tests()
 
 AUTOSAVE_S = 2
-READ_S = 4 * AUTOSAVE_S + 3  # how long each notebook stays open after its kernel is idle
+READ_S = 4 * AUTOSAVE_S + 3  # how long a notebook that must stay clean stays open once its kernel's names are known
+EVENT_S = 90  # how long a save that must come (the control's rewrite, the server's log of a save) is waited for
 OPENED = [
     "notebooks/14_flash_attention_triton.ipynb",
     "notebooks/zh-CN/15_ring_attention.ipynb",
@@ -83,31 +89,68 @@ def _serve(server_config):
         assert not left, f"processes survived the server's shutdown: {left}"
 
 
-def _read(browser, server, rel):
-    """Open ``rel`` as a learner would, wait until its kernel is idle, then leave it open past a few autosaves.
-    ``browser`` is the session's Chromium (tests/browser/conftest.py); the server is this test's own."""
+# the kernel's info reply and spec: what JupyterLab writes into the notebook (language_info, kernelspec) is known
+_KERNEL_NAMES_KNOWN_JS = """async () => {
+  const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  await kernel.info;
+  await kernel.spec;
+}"""
+
+
+def _read(browser, server, rel, until=None):
+    """Open ``rel`` as a learner would and wait until its kernel is idle and its names are known; then wait until
+    ``until(server)`` holds (polled, up to EVENT_S), or without ``until`` leave it open READ_S, past a few autosaves.
+    Returns `git status`. ``browser`` is the session's Chromium (tests/browser/conftest.py); the server is this
+    test's own."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(60_000)
     try:
         page = context.new_page()
         open_notebook(page, server, rel, notebook_expectations(server.root / rel)["num_cells"])
-        time.sleep(READ_S)
+        page.evaluate(_KERNEL_NAMES_KNOWN_JS)
+        if until is None:
+            time.sleep(READ_S)
+        else:
+            deadline = time.monotonic() + EVENT_S
+            while not until(server) and time.monotonic() < deadline:
+                time.sleep(0.25)
     finally:
         context.close()
         server.shutdown_kernels()
     return _git(server.root, "status", "--porcelain")
 
 
+def _changed(server) -> bool:
+    return _git(server.root, "status", "--porcelain") != ""
+
+
+def _saved(rel):
+    """Whether the server has logged a save of ``rel`` and finished it (the post-save hook runs within the save:
+    one more autosave interval covers its write)."""
+
+    def saved(server) -> bool:
+        if f"Saving file at /{rel}" not in server.log_tail(400):
+            return False
+        time.sleep(AUTOSAVE_S)
+        return True
+
+    return saved
+
+
 def test_the_committed_notebooks_alone_stay_clean_and_the_old_name_does_not(browser):
     for server in _serve(server_config=("jupyter_server_config.json",)):
+        status = _read(browser, server, CONTROL, until=_changed)  # first: this server's autosave does rewrite
+        assert status.strip() == f"M {CONTROL}", f"autosave did not rewrite the control within {EVENT_S} s:\n{status}"
         for rel in OPENED:
-            status = _read(browser, server, rel)
+            status = _read(browser, server, rel).replace(f" M {CONTROL}\n", "")
             assert status == "", f"opening {rel} in JupyterLab changed the checkout:\n{status}"
-        assert _read(browser, server, CONTROL).strip() == f"M {CONTROL}", "autosave did not rewrite the control"
 
 
 def test_with_the_course_server_config_another_python_stays_clean_too(browser):
     for server in _serve(server_config=LabServer.SERVER_CONFIG):
-        for rel in [OTHER_PYTHON, CONTROL, OPENED[1]]:
-            status = _read(browser, server, rel)
+        for rel in [CONTROL, OTHER_PYTHON]:  # their kernel names differ from the kernel's: autosave saves them
+            status = _read(browser, server, rel, until=_saved(rel))
+            assert f"Saving file at /{rel}" in server.log_tail(400), f"autosave never saved {rel} within {EVENT_S} s"
             assert status == "", f"opening {rel} in JupyterLab changed the checkout:\n{status}"
+        status = _read(browser, server, OPENED[1])
+        assert status == "", f"opening {OPENED[1]} in JupyterLab changed the checkout:\n{status}"

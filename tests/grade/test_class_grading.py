@@ -160,16 +160,73 @@ def test_the_time_limit_counts_computing_not_waiting():
         time.sleep(1.0)
         assert limits.tree_cpu_seconds(busy.pid) > 0.05  # computing: counted (however little CPU a busy host gives)
         assert limits.tree_cpu_seconds(waiting.pid) < 0.05  # waiting: not counted
-        assert jail._wait(busy, 0.3)  # stopped: by its CPU time, or at the latest by the wall-clock backstop
+        assert jail._wait(busy, 0.3)[0]  # stopped: by its CPU time, or at the latest by the wall-clock backstop
         started = time.monotonic()
-        assert jail._wait(waiting, 0.3)  # no CPU at all: stopped by the backstop only
+        assert jail._wait(waiting, 0.3)[0]  # no CPU at all: stopped by the backstop only
         assert time.monotonic() - started >= 0.3 * limits.WALL_FACTOR - 0.3
     finally:
         for child in (busy, waiting):
             child.kill()
             child.wait()
     quick = _child("pass")
-    assert not jail._wait(quick, 30)
+    assert not jail._wait(quick, 30)[0]
+
+
+BURN = "import time\nstart = time.process_time()\nwhile time.process_time() - start < {s}:\n    pass\n"
+
+
+def test_a_run_says_the_cpu_time_it_used_its_reaped_children_included():
+    # the kernel's count at the end (wait4), not the last sample: a grandchild that computed and was reaped counts
+    grandchild = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BURN.format(s=1.0)!r}])\n"
+    computing, sleeping = _child(grandchild), _child("import time\ntime.sleep(1.0)\n")
+    try:
+        timed_out, used = jail._wait(computing, 30)
+        assert not timed_out and 1.0 <= used < 30, used
+        timed_out, used = jail._wait(sleeping, 30)
+        assert not timed_out and used < 0.5, used  # a second of waiting: no CPU (Python's start only)
+    finally:
+        for child in (computing, sleeping):
+            jail._kill_group(child)
+
+
+class _Budgets:
+    """jail.run for a submission graded in two sandboxes (mha together, induction_head alone): records each run's CPU
+    budget and wall backstop; each run takes ``wall`` seconds of the clock and reports ``cpu`` seconds computed."""
+
+    def __init__(self, wall: float, cpu: float):
+        self.wall, self.cpu, self.given = wall, cpu, []
+
+    def __call__(self, submission, plan, *, timeout, wall=None, **kwargs):
+        import io
+
+        import torch
+
+        self.given.append((timeout, wall, time.monotonic()))
+        time.sleep(self.wall)
+        buffer = io.BytesIO()
+        torch.save({"exercises": {}}, buffer)
+        return jail.Outcome(0, buffer.getvalue(), "", False, False, limits.Usage(), cpu_seconds=self.cpu)
+
+
+@pytest.mark.parametrize("wall, cpu", [(1.5, 0.05), (0.0, 2.5)])
+def test_a_later_sandbox_gets_the_budget_less_the_cpu_time_the_earlier_used(tmp_path, monkeypatch, wall, cpu):
+    # the budget is CPU time: a first run that waited 1.5 s without computing leaves the next its whole budget (the
+    # clock's remainder would give it 1.5 s of 3), one that computed 2.5 s leaves it 0.5 s, at least MIN_GROUP_BUDGET
+    run = _Budgets(wall, cpu)
+    monkeypatch.setattr(jail, "run", run)
+    path = tmp_path / "two.py"
+    path.write_text(MHA)
+    started = time.monotonic()
+    report = runner.grade_file(path, ["mha", "induction_head"], total_timeout=3.0)
+    (first, first_wall, _), (second, second_wall, second_at) = run.given
+    assert first == 3.0 and 3.0 * limits.WALL_FACTOR - (second_at - started) <= first_wall <= 3.0 * limits.WALL_FACTOR
+    assert second == pytest.approx(max(runner.MIN_GROUP_BUDGET, 3.0 - cpu))
+    # the backstop: as many budgets of wall time as the CPU budget left, within the submission's own backstop (the
+    # clock the first run and the runner took off it)
+    backstop = 3.0 * limits.WALL_FACTOR
+    assert min(second * limits.WALL_FACTOR, backstop - (second_at - started)) <= second_wall
+    assert second_wall <= min(second * limits.WALL_FACTOR, backstop - wall)
+    assert report.cpu_seconds == pytest.approx(2 * cpu)
 
 
 @pytest.mark.requires_sandbox

@@ -1,7 +1,7 @@
 """Learner-style code for exercise 17a (dsa_indexer): the reference solution (lines tagged ``#TAG``), alternative
 correct implementations in other styles (loops with DeepSeek's padding, sort and SDPA, a keep-mask whose -1 slots are
-clamped to key 0, harmless there), a stub, and the misconception mutants as line edits of the reference (``mutate``
-from implementations.py) or whole sources."""
+clamped to key 0, harmless there, the indices returned in key order), a stub, and the misconception mutants as line
+edits of the reference (``mutate`` from implementations.py) or whole sources."""
 
 from tests.grader_cases.implementations import HEADER
 
@@ -80,6 +80,11 @@ DSA_ALTERNATIVES["clamped_mask"] = DSA.replace(
     "keep.scatter_(-1, indices.clamp(min=0), True)",
 )
 
+# the indices returned sorted by key (the -1 slots last) instead of by score: the order of the slots is free
+DSA_ALTERNATIVES["slots_by_key"] = DSA.replace(
+    "    return out, indices\n", "    return out, indices.sort(dim=-1, descending=True).values\n"
+)
+
 DSA_STUB = (
     HEADER
     + """
@@ -89,6 +94,25 @@ def dsa_attention(q, k, v, q_idx, k_idx, weights, top_k):
 )
 
 DSA_MUTANTS = [
+    (  # the attention masks the future keys, the indices returned keep topk's picks among the -inf scores
+        "dsa_indices_not_padded",
+        DSA.replace(
+            '    indices = indices.masked_fill(values == float("-inf"), -1)\n',
+            '    returned = indices\n    indices = indices.masked_fill(values == float("-inf"), -1)\n',
+        ).replace("    return out, indices\n", "    return out, returned\n"),
+    ),
+    (  # argsort without descending=True: the hidden future keys and the lowest scores first
+        "dsa_smallest_selected",
+        DSA_ALTERNATIVES["sort_and_sdpa"].replace("argsort(dim=-1, descending=True)", "argsort(dim=-1)"),
+    ),
+    (  # sort without descending=True, then the first top_k: a first row that sees no key it kept is NaN here
+        "dsa_smallest_selected",
+        DSA.replace(
+            '    values, indices = scores.masked_fill(future, float("-inf")).topk(min(top_k, T), dim=-1)\n',
+            '    values, indices = scores.masked_fill(future, float("-inf")).sort(dim=-1)\n'
+            "    values, indices = values[..., : min(top_k, T)], indices[..., : min(top_k, T)]\n",
+        ),
+    ),
     ("dsa_no_relu", {"RELU": "dots = dots"}),
     ("dsa_softmax_over_head_weights", {"WEIGHTS": "w = torch.softmax(weights, dim=-1)"}),
     ("dsa_unweighted_heads", {"WEIGHTS": "w = torch.ones_like(weights)"}),

@@ -2,11 +2,13 @@
 Attention over a prefill (notebook 17): the lightning indexer's scores ``I[t, s] = sum_j weights[t, j] *
 ReLU(q_idx[t, j] . k_idx[s])`` (signed weights, no softmax over the heads), each query's ``top_k`` visible keys of
 highest score (causal; a row with fewer visible keys fills its other slots with -1), one selection shared by every
-query head, and attention over the selected keys only. A function returning a pair. The output is graded: it is
+query head, and attention over the selected keys only. A function returning a pair, both graded: the output,
 attention over exactly the selected keys, so every mistake of the scores, the selection, the padding or the sharing
-changes it. The indices come back as an integer tensor, which the function kind keeps only as a description (it
-keeps float tensors); ``as_sets`` below says how they would be compared (each row sorted, an index its query cannot
-see read as -1), and the solution notebook's demo checks them against SDPA.
+changes it; and the indices (an integer tensor, which the function kind reads for this exercise: the call's
+``integer_outputs``), compared as a set per query (``as_sets``: the order of the slots is free, a key its query cannot
+see is one, -1 where the query sees fewer keys than top_k is another), a row that differs from the reference only by
+keys tied with its k-th score accepted (``ties_read_as_reference``). Indices that are not the keys attended, the
+future keys topk keeps in the slots of a row that sees fewer than top_k keys, are a mistake named of their own.
 
 The reference computation and each misconception are the flags of ``DsaVariant``. Every case is drawn so that no
 variant meets a tie at the boundary of its top-k (the ReLU makes exact zeros, where ``topk`` may keep either key):
@@ -41,6 +43,12 @@ class DsaVariant:
     # gathered -1 wraps to key T - 1, a future key). Clamping the -1 slots to 0 in a mask is harmless: a row with a
     # -1 slot keeps every key it sees, key 0 included
     shared: bool = True  # False: query head h attends to the top-k of indexer head h's own dot products q_h . k
+    largest: bool = True  # False: the ranking ascending (argsort without descending=True): the first top_k slots are
+    # the hidden future keys (-inf, then -1) and the lowest-scoring visible keys
+    empty_row: str = "nan"  # what a query that attends to no key gets (only a mistake leaves one so): nan, a softmax
+    # over -inf alone, or zero, as PyTorch's scaled_dot_product_attention gives
+    padded: bool = True  # False: the indices returned are topk's as they are, future keys in the slots of a row that
+    # sees fewer than top_k keys (the attention itself masks them out: only the indices are wrong)
 
 
 def index_scores(q_idx, k_idx, weights, v: DsaVariant):
@@ -54,13 +62,20 @@ def index_scores(q_idx, k_idx, weights, v: DsaVariant):
     return (dots * w.transpose(1, 2)[..., None]).sum(1)  # (B, T, T)
 
 
-def select(scores, top_k, v: DsaVariant):
-    """(..., T, top_k) indices, -1 where a row has fewer visible keys than top_k (never with causal=False)."""
+def select(scores, top_k, v: DsaVariant, padded: bool = True):
+    """(..., T, top_k) indices, -1 where a row has fewer visible keys than top_k (never with causal=False); without
+    ``padded``, topk's own indices there (future keys)."""
     t = scores.shape[-1]
     hide = torch.ones(t, t, dtype=torch.bool).triu(1) if v.causal else torch.zeros(t, t, dtype=torch.bool)
     kept = min(top_k, t)
-    values, indices = scores.masked_fill(hide, float("-inf")).topk(kept, dim=-1)
-    indices = indices.masked_fill(values == float("-inf"), -1)
+    masked = scores.masked_fill(hide, float("-inf"))
+    if v.largest:
+        values, indices = masked.topk(kept, dim=-1)
+    else:
+        indices = masked.argsort(dim=-1)[..., :kept]
+        values = masked.gather(-1, indices)
+    if padded:
+        indices = indices.masked_fill(values == float("-inf"), -1)
     if kept < top_k:
         indices = torch.cat([indices, indices.new_full((*indices.shape[:-1], top_k - kept), -1)], dim=-1)
     return indices
@@ -77,7 +92,8 @@ def attend_selected(q, k, v_, indices, v: DsaVariant):
         slots = per_head.masked_fill(per_head < 0, t)  # a spare column takes the -1 slots
         keep = torch.zeros(b, h, t, t + 1, dtype=torch.bool).scatter_(-1, slots, True)[..., :t]
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-        return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v_
+        out = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v_
+        return out.nan_to_num(0.0) if v.empty_row == "zero" else out
     slots = per_head.clamp(min=0) if v.padding == "first_key" else per_head % t
     gather = slots.reshape(b, h, t * slots.shape[-1], 1)
     k_sel = k.gather(2, gather.expand(-1, -1, -1, d)).view(b, h, t, -1, d)
@@ -89,25 +105,51 @@ def attend_selected(q, k, v_, indices, v: DsaVariant):
 def dsa_forward(args, v: DsaVariant):
     """(out (B, H, T, d), indices): the variant's whole step."""
     q, k, v_, q_idx, k_idx, weights, top_k = args
-    indices = select(index_scores(q_idx, k_idx, weights, v), top_k, v)
-    return attend_selected(q, k, v_, indices, v), indices
+    scores = index_scores(q_idx, k_idx, weights, v)
+    indices = select(scores, top_k, v)
+    out = attend_selected(q, k, v_, indices, v)
+    return out, indices if v.padded else select(scores, top_k, v, padded=False)
 
 
-def as_sets(indices, num_keys=None):
-    """Each row's selection as a sorted set: an index outside 0 .. the row's query position (the queries are the
-    last rows of ``num_keys``, a prefill's T) becomes -1, then the row is sorted; float64, as the grader compares."""
-    if (
-        not isinstance(indices, torch.Tensor)
-        or indices.ndim < 2
-        or indices.is_floating_point()
-        and not bool(torch.isfinite(indices).all())
-    ):
+def as_sets(indices):
+    """Each row's selection (a prefill's: row t is query t) as the grader compares it, float64: the row sorted (the
+    order of the slots is free), a key the query cannot see (a future one) read as T, whichever it is, and an index
+    that is no key at all (below -1, T or more, not whole) as -2; -1 stays -1."""
+    if not isinstance(indices, torch.Tensor) or indices.ndim < 2 or not bool(torch.isfinite(indices).all()):
         return indices
-    rows = indices.shape[-2]
-    position = torch.arange(rows)[:, None] + ((num_keys or rows) - rows)
-    idx = indices.long()
-    idx = torch.where((idx < 0) | (idx > position), torch.full_like(idx, -1), idx)
-    return idx.sort(dim=-1).values.double()
+    t = indices.shape[-2]
+    idx = indices.double()
+    invalid = (idx < -1) | (idx >= t) | (idx != idx.round())
+    future = ~invalid & (idx > torch.arange(t)[:, None])
+    return idx.masked_fill(future, float(t)).masked_fill(invalid, -2.0).sort(dim=-1).values
+
+
+TIE = 1e-5  # scores this close (relative to the row's largest |score|) are tied: topk may keep either key
+
+
+def ties_read_as_reference(got, args):
+    """``got`` (as_sets' form) with each row that differs from the reference's selection only by keys tied with the
+    row's k-th visible score (within TIE) read as the reference's row: any of the tied keys is a right selection."""
+    q, k, v_, q_idx, k_idx, weights, top_k = args
+    ok = DsaVariant()
+    scores = index_scores(q_idx, k_idx, weights, ok)  # (B, T, T)
+    ref = as_sets(select(scores, top_k, ok))
+    if not isinstance(got, torch.Tensor) or got.shape != ref.shape or torch.equal(got, ref):
+        return got
+    got = got.clone()
+    for b, row in (got != ref).any(-1).nonzero().tolist():
+        visible = scores[b, row, : row + 1]
+        if row + 1 <= top_k:  # no choice to make: every visible key is selected
+            continue
+        kth = visible.sort(descending=True).values[top_k - 1]
+        keys = got[b, row].long()
+        if bool((keys < 0).any() | (keys > row).any()) or len(set(keys.tolist())) != top_k:
+            continue  # a -1, a future key, no key at all, a key twice: not a selection of top_k visible keys
+        swapped = set(keys.tolist()) ^ set(ref[b, row].long().tolist())
+        scale = visible.abs().max().clamp_min(1e-6)
+        if all(abs(float(visible[s] - kth)) <= TIE * float(scale) for s in swapped):
+            got[b, row] = ref[b, row]
+    return got
 
 
 def well_separated(args, variants) -> bool:
@@ -121,10 +163,14 @@ def well_separated(args, variants) -> bool:
     for v in variants:
         scores = index_scores(q_idx, k_idx, weights, v)
         hide = torch.ones(t, t, dtype=torch.bool).triu(1) if v.causal else torch.zeros(t, t, dtype=torch.bool)
-        ranked = scores.masked_fill(hide, float("-inf")).sort(dim=-1, descending=True).values
-        gap = ranked[..., top_k - 1] - ranked[..., top_k]  # (..., T)
+        ranked = scores.masked_fill(hide, float("-inf")).sort(dim=-1, descending=v.largest).values
         scale = scores.masked_fill(hide, 0.0).abs().amax(-1).clamp_min(1e-6)
-        choosing = rows if v.causal else torch.ones(t, dtype=torch.bool)
+        if v.largest:
+            gap = ranked[..., top_k - 1] - ranked[..., top_k]  # (..., T)
+            choosing = rows if v.causal else torch.ones(t, dtype=torch.bool)
+        else:  # ascending: a boundary inside the hidden keys (all -inf, all read as -1) makes no choice
+            gap = ranked[..., top_k] - ranked[..., top_k - 1]
+            choosing = torch.isfinite(ranked[..., top_k - 1])
         if bool(((gap <= MARGIN * scale) & choosing).any()):
             return False
     return True
@@ -172,7 +218,7 @@ def draw_args(g, b, h, t, d, d_i, top_k, bias=2.0, tries=200):
 
 def dsa_case(name, g, b, h, t, d, d_i, top_k):
     args = draw_args(g, b, h, t, d, d_i, top_k)
-    return Case(name, {"top_k": top_k}, {}, [Call(args, seed=draw_seed(g))])
+    return Case(name, {"top_k": top_k}, {}, [Call(args, seed=draw_seed(g), integer_outputs=("step1.lse",))])
 
 
 def cases(g) -> list[Case]:
@@ -185,15 +231,16 @@ def cases(g) -> list[Case]:
 
 
 def read_back(case: Case, outputs: dict) -> dict:
-    """The learner's output alone: its indices, an integer tensor, came back as a description (see above)."""
-    return {"step1.out": outputs.get("step1.out"), "repeat.out": outputs.get("repeat.out")}
+    """The learner's output and its indices (the pair's second, read as float64 by the function kind), as sets."""
+    indices = ties_read_as_reference(as_sets(outputs.get("step1.lse")), case.calls[0].args)
+    return {"step1.out": outputs.get("step1.out"), "step1.indices": indices, "repeat.out": outputs.get("repeat.out")}
 
 
 def expected(case: Case, variant: DsaVariant) -> dict:
     """{name: tensor}, named as ``read_back`` names the learner's outputs."""
     with torch.no_grad():
-        out, _ = dsa_forward(case.calls[0].args, variant)
-    return {"step1.out": out}
+        out, indices = dsa_forward(case.calls[0].args, variant)
+    return {"step1.out": out, "step1.indices": as_sets(indices)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +252,8 @@ M_UNWEIGHTED = Mistake("dsa_unweighted_heads")
 M_NOT_CAUSAL = Mistake("dsa_selection_not_causal")
 M_PADDING = Mistake("dsa_padding_attended")
 M_PER_HEAD = Mistake("dsa_selection_per_head")
+M_NOT_PADDED = Mistake("dsa_indices_not_padded")
+M_SMALLEST = Mistake("dsa_smallest_selected")
 
 
 def mutants() -> list:
@@ -218,6 +267,9 @@ def mutants() -> list:
         mutant(M_PADDING, replace(ok, padding="first_key")),
         mutant(M_PADDING, replace(ok, padding="last_key")),
         mutant(M_PER_HEAD, replace(ok, shared=False)),
+        mutant(M_NOT_PADDED, replace(ok, padded=False)),
+        mutant(M_SMALLEST, replace(ok, largest=False), paired=False),  # its first rows select no visible key
+        mutant(M_SMALLEST, replace(ok, largest=False, empty_row="zero"), paired=False),
     ]
 
 
@@ -258,6 +310,20 @@ TEXTS: dict[str, tuple[str, str]] = {
         "heads, and every attention head attends to that same set (one gather serves them all)",
         "每个头各自选了键：DSA 对每个查询只做一次选择，依据是对索引头的加权和，所有注意力头都关注同一组键"
         "（聚集一次供所有头使用）",
+    ),
+    "mutant.dsa_indices_not_padded": (
+        "the indices returned are not the keys attended: a query that sees fewer than top_k keys got future keys in "
+        "its other slots (topk keeps some among the -inf scores); the contract fills those slots with -1 (set the "
+        "slots whose topk value is -inf to -1)",
+        "返回的下标不是实际关注的键：看得到的键不足 top_k 个的查询，其余位置放的是未来的键（topk 会在 -inf 分数"
+        "里也挑几个出来）；接口约定这些位置填 -1（把 topk 值为 -inf 的位置设为 -1）",
+    ),
+    "mutant.dsa_smallest_selected": (
+        "the lowest scores were selected: the ranking went in ascending order (argsort or sort without "
+        "descending=True), so the first top_k slots held the hidden future keys and the visible keys of lowest "
+        "score; rank in descending order, or use topk",
+        "选中的是分数最低的键：排序是升序的（argsort 或 sort 没写 descending=True），所以前 top_k 个位置放的是"
+        "被遮住的未来键和分数最低的可见键；应按降序排，或者直接用 topk",
     ),
     **case_titles(
         {

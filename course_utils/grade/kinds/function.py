@@ -1,17 +1,21 @@
 """The function kind: a function the contract names, called on each case's arguments (fresh copies); it returns
-(out, lse). Its own checks: the memory a call may build (``tile_bound``: its largest tensor; ``peak_bound``: how far
-the process's memory may rise), reported as the flag ``step1.tiled``; the arguments it writes into (``state``), read
-back after the call; another function of the contract called instead (``helper``, graded on cases of its own).
+(out, lse), or (out, indices) where the indices are an integer tensor by contract (``integer_outputs``). Its own
+checks: the memory a call may build (``tile_bound``: its largest tensor; ``peak_bound``: how far the process's memory
+may rise), reported as the flag ``step1.tiled``; the arguments it writes into (``state``), read back after the call;
+another function of the contract called instead (``helper``, graded on cases of its own).
 
-Exercises 09, 13, 17a and 17b are of this kind, their cases built with ``Call`` below."""
+Exercises 09, 13, 16, 17a and 17b are of this kind, their cases built with ``Call`` below."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .. import diagnose
 from ..messages import Msg
+from ..records import MAX_ELEMENTS
 from . import Kind
 
 # its texts, key -> (English, Chinese)
@@ -43,6 +47,8 @@ class Call:
     split_check: tuple[str, int] | None = None  # a call that splits its keys (exercise 13): (the contract's merge,
     # found beside the graded function; the keys of the longest row). step1.split = 0 when the call never had the
     # merge combine two partials and ran a softmax (or logsumexp) over that many keys at once
+    integer_outputs: tuple[str, ...] = ()  # outputs that are integer tensors by contract (exercise 17a's indices,
+    # "step1.lse"): kept, as float64, for the exercise's read_back to compare; a float tensor there is described
 
 
 class Words(diagnose.Words):
@@ -66,6 +72,34 @@ class Function(Kind):
 
     def called(self, ex, case):
         return case.calls[0].helper or ex.contract
+
+    def resolve(self, graded, raw):
+        """As every kind's, the outputs its calls name in ``integer_outputs`` read first: an integer tensor as float64
+        (the records keep float tensors only), anything else as a description of what came back."""
+        if isinstance(raw, list) and len(raw) == len(graded.cases):
+            raw = [_integers_read(rec, _integer_names(case)) for case, rec in zip(graded.cases, raw, strict=True)]
+        return super().resolve(graded, raw)
+
+
+def _integer_names(case) -> set[str]:
+    return {name for call in case.calls for name in getattr(call, "integer_outputs", ())}
+
+
+def _integers_read(rec, names: set[str]):
+    """The child's record ``rec`` (untrusted) with its outputs ``names`` read as integer tensors, where it has any."""
+    if not names or not isinstance(rec, dict) or not isinstance(rec.get("outputs"), dict):
+        return rec
+    outputs = dict(rec["outputs"])
+    for name in names & set(outputs):
+        value = outputs[name]
+        if type(value) is not torch.Tensor:
+            continue
+        integer = not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+        if integer and value.numel() <= MAX_ELEMENTS:  # beyond 2**31 an index is no key either way: kept out of range
+            outputs[name] = value.detach().to(torch.int64).clamp(-(1 << 31), 1 << 31).to(torch.float64)
+        else:
+            outputs[name] = f"<tensor of dtype {str(value.dtype).replace('torch.', '')}>"
+    return {**rec, "outputs": outputs}
 
 
 KIND = Function()

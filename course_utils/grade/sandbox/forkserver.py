@@ -16,7 +16,8 @@ kills it; this process never reads a plan or a result: their pipes are handed to
 The socket (SOCK_SEQPACKET) carries, per submission: a request (JSON: the submission's file name, the user, the
 limits) with six descriptors (plan, result, stderr, submission, go, ready); the answer ``{"pid": ...}``, sent by the
 child itself with its credentials (which the kernel translates into the parent's PID namespace), then
-``{"status": ...}`` from the server when it ended (the exit code, or 128 + the signal). The child says ``ready`` once
+``{"status": ..., "cpu": ...}`` from the server when it ended (the exit code, or 128 + the signal; the CPU seconds
+wait4 counted for the child and every process of it that was reaped). The child says ``ready`` once
 it is made, so that a child the server failed to make is told from a submission that failed.
 """
 
@@ -225,8 +226,8 @@ def serve(sock: socket.socket) -> None:
             _keeper(request, fds)
         for fd in fds:
             os.close(fd)
-        _, status = os.waitpid(pid, 0)  # one submission at a time: the next is forked after this one ended
-        sock.send(json.dumps({"status": _exit_code(status)}).encode())
+        _, status, used = os.wait4(pid, 0)  # one submission at a time: the next is forked after this one ended
+        sock.send(json.dumps({"status": _exit_code(status), "cpu": used.ru_utime + used.ru_stime}).encode())
 
 
 def main(sock_fd: int) -> None:

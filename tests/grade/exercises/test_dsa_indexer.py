@@ -1,6 +1,7 @@
 """The grader on exercise 17a (dsa_indexer): the grader's reference computation against course_utils' checked
-DSA, every named mistake caught on every seed tried (each mutant's output differs from the reference's on some
-case), and the solution notebook's code passing."""
+DSA, every named mistake caught on every seed tried (each mutant's output or indices differ from the reference's on
+some case), the indices graded as a set per query (any order, -1 padding as the contract says, ties at the k-th score
+either way), and the solution notebook's code passing."""
 
 import json
 from dataclasses import replace
@@ -12,8 +13,16 @@ import torch
 import course_utils as cu
 from course_utils.grade import grade_class
 from course_utils.grade.exercises import get
-from course_utils.grade.exercises.dsa_indexer import DsaVariant, as_sets, dsa_forward, mutants
+from course_utils.grade.exercises.dsa_indexer import (
+    DsaVariant,
+    as_sets,
+    dsa_forward,
+    mutants,
+    select,
+    ties_read_as_reference,
+)
 from tests.conftest import load
+from tests.grader_cases.dsa_indexer import DSA_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[3]
 EX = "dsa_indexer"
@@ -41,9 +50,10 @@ def test_every_mistake_changes_the_output_on_every_seed(seed):
     for m in mutants():
         differs = False
         for case in cases:
-            right = dsa_forward(case.calls[0].args, DsaVariant())[0]
-            wrong = dsa_forward(case.calls[0].args, m.variant)[0]
+            right, right_indices = dsa_forward(case.calls[0].args, DsaVariant())
+            wrong, wrong_indices = dsa_forward(case.calls[0].args, m.variant)
             differs |= wrong.shape != right.shape or (wrong - right).abs().max().item() > 1e-3
+            differs |= not torch.equal(as_sets(wrong_indices), as_sets(right_indices))
         assert differs, (m.key, m.variant)
 
 
@@ -95,3 +105,74 @@ def test_graded_in_the_sandbox(tmp_path):
         path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("dsa_indexer", dsa_attention)\n')
         result = runner.grade_file(path, sandboxed=True).results[0]
         assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
+
+
+# ---------------------------------------------------------------------------------------------------- the indices
+
+
+def _graded(src):
+    return grade_class(EX, load(src, "dsa_attention"))
+
+
+def test_indices_that_are_not_the_keys_attended_are_caught_and_named():
+    # the attention is right (the mask hides the future keys), the indices returned keep topk's future picks
+    src = DSA_REFERENCE.replace("    return out, indices\n", "    return out, raw\n").replace(
+        '    indices = indices.masked_fill(values == float("-inf"), -1)\n',
+        '    raw = indices\n    indices = indices.masked_fill(values == float("-inf"), -1)\n',
+    )
+    result = _graded(src)
+    assert not result and result.diagnosis == "dsa_indices_not_padded", result.report()
+    assert "-1" in result.report("en") and "-1" in result.report("zh")
+
+
+@pytest.mark.parametrize(
+    "returned, said",
+    [
+        ("indices + 1", "indices"),  # keys off by one: no known mistake, the indices are still wrong
+        ("indices.float()", "float32"),  # the contract's indices are integers
+        ("indices[..., :-1]", "indices"),  # one slot short
+    ],
+)
+def test_wrong_indices_fail_beside_a_right_output(returned, said):
+    result = _graded(DSA_REFERENCE.replace("    return out, indices\n", f"    return out, {returned}\n"))
+    assert not result and said in result.report("en"), result.report()
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        "indices.flip(-1)",  # the slots in another order
+        "indices.sort(dim=-1, descending=True).values",  # by key, the -1 slots last
+        "indices.int()",  # another integer type
+    ],
+)
+def test_indices_in_any_order_or_integer_type_pass(returned):
+    result = _graded(DSA_REFERENCE.replace("    return out, indices\n", f"    return out, {returned}\n"))
+    assert result.passed, result.report()
+
+
+def test_the_old_grader_would_have_missed_wrong_indices():
+    # the output alone passes: what was graded before; the indices are what fails
+    src = DSA_REFERENCE.replace("    return out, indices\n", "    return out, indices.flip(-2)\n")
+    result = _graded(src)
+    assert not result and "indices" in result.report("en"), result.report()
+
+
+def _tied_args():
+    """One row of 4 keys whose scores are 3, 1, 2, 2: its top-2 is key 0 and either of the tied keys 2 and 3."""
+    q, k, v = (torch.randn(1, 1, 4, 2) for _ in range(3))
+    q_idx, k_idx = torch.ones(1, 4, 1, 1), torch.tensor([3.0, 1.0, 2.0, 2.0]).view(1, 4, 1)
+    return (q, k, v, q_idx, k_idx, torch.ones(1, 4, 1), 2)
+
+
+def test_a_selection_tied_at_the_kth_score_is_read_as_the_reference():
+    args = _tied_args()
+    reference = as_sets(select(torch.tensor([[[3.0, 1, 2, 2]] * 4]), 2, DsaVariant()))
+    chosen = int(reference[0, 3, 1])  # the tied key the reference kept, 2 or 3
+    other = {2: 3, 3: 2}[chosen]
+    learner = reference.clone()
+    learner[0, 3] = torch.tensor([0.0, float(other)])
+    assert torch.equal(ties_read_as_reference(learner, args), reference)
+    untied = reference.clone()
+    untied[0, 3] = torch.tensor([0.0, 1.0])  # key 1 scores 1, below the k-th score 2: a wrong selection
+    assert torch.equal(ties_read_as_reference(untied, args), untied)

@@ -163,3 +163,25 @@ def test_a_server_that_cannot_make_a_child_hands_over_to_a_sandbox_per_submissio
     assert report.passed, report.to_dict()  # graded in a sandbox of its own
     assert len(servers) == 1 and jail._servers._failed is not None
     assert jail._servers.take() is None  # and every later submission too
+
+
+BURNS = (  # 1.5 s of CPU in a process it forks and reaps, before a correct class
+    "import os, time\npid = os.fork()\nif pid == 0:\n    start = time.process_time()\n"
+    "    while time.process_time() - start < 1.5:\n        pass\n    os._exit(0)\nos.waitpid(pid, 0)\n"
+)
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["fork_server", "sandbox_alone"])
+def test_a_run_says_the_cpu_time_it_used(tmp_path, servers, monkeypatch, forked):
+    # what a submission's later sandboxes get of its budget is what this says the earlier ones left (runner.grade_file)
+    if not forked:
+        monkeypatch.setenv(jail.FORK_ENV, "0")
+    outcomes, run = [], jail.run
+    monkeypatch.setattr(jail, "run", lambda *a, **k: outcomes.append(run(*a, **k)) or outcomes[-1])
+    sleeps = "import time\ntime.sleep(1.5)\n" + attacks.GOOD
+    reports = grade_in_order(tmp_path, {"a_burns.py": BURNS + attacks.GOOD, "b_sleeps.py": sleeps})
+    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    burned, slept = (o.cpu_seconds for o in outcomes)
+    assert burned >= 1.5 and slept < burned - 1.0, (burned, slept)
+    assert bool(servers) == forked
+    assert [r.cpu_seconds for r in reports.values()] == [burned, slept]
