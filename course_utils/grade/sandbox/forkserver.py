@@ -26,9 +26,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import resource
 import signal
 import socket
+import stat
 import struct
 import sys
 
@@ -57,12 +59,38 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
+def _mounts_below(target: str) -> list[str]:
+    """The mount points strictly below ``target`` in this namespace, parents first (mountinfo's fifth field, with
+    its octal escapes undone)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        for line in info:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if point.startswith(target.rstrip("/") + "/"):
+                points.append(point)
+    return sorted(set(points), key=lambda p: p.count("/"))
+
+
 def _private_trees(size: int) -> None:
-    """This child's own /tmp, /dev/shm and /submission (the mounts of the sandbox's namespace are left as they are)."""
+    """This child's own /tmp, /dev/shm and /submission (the mounts of the sandbox's namespace are left as they are).
+
+    What the sandbox bound read-only below its /tmp (a Python or a venv that lives under /tmp: a course cloned
+    there) is bound again on top of the child's new /tmp, read-only: a fresh tmpfs would otherwise hide it, and the
+    imports torch makes lazily (``torch.utils.serialization``) would fail in every child."""
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    kept = [(point, os.open(point, os.O_PATH | os.O_CLOEXEC)) for point in _mounts_below("/tmp")]
     for target, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), ("/submission", "0777")):
         _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
+    for point, fd in kept:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.makedirs(point, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(point), mode=0o755, exist_ok=True)
+            os.close(os.open(point, os.O_WRONLY | os.O_CREAT, 0o644))
+        _mount(f"/proc/self/fd/{fd}", point, None, MS_BIND)
+        _mount("none", point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
 
 
 def _copy_submission(fd: int, name: str, uid: int) -> None:

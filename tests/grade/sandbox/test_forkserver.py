@@ -185,3 +185,38 @@ def test_a_run_says_the_cpu_time_it_used(tmp_path, servers, monkeypatch, forked)
     assert burned >= 1.5 and slept < burned - 1.0, (burned, slept)
     assert bool(servers) == forked
     assert [r.cpu_seconds for r in reports.values()] == [burned, slept]
+
+
+def test_a_course_cloned_under_tmp_grades_through_the_fork_server(tmp_path):
+    """A venv under /tmp (a course cloned there): the sandbox binds it on its private /tmp, and each child's fresh
+    /tmp must not hide it, or the imports torch makes lazily fail in every child. A link under /tmp to this
+    environment is such a venv: Python's prefix is the link, which the sandbox binds where it is."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attn-venv-under-tmp-", dir="/tmp") as tmp:
+        venv = Path(tmp) / "venv"
+        venv.symlink_to(Path(sys.prefix).resolve())
+        subs = tmp_path / "subs"
+        subs.mkdir()
+        (subs / "good.py").write_text(attacks.GOOD + "\nimport torch.utils.serialization\n")
+        code = (
+            "from course_utils.grade import jail; from course_utils.grade.batch import grade_folder; "
+            "run = jail.ForkServer.run; used = []; "
+            "jail.ForkServer.run = lambda self, *a, **k: used.append(1) or run(self, *a, **k); "
+            f"graded, _, failed = grade_folder(__import__('pathlib').Path({str(subs)!r}), "
+            f"__import__('pathlib').Path({str(tmp_path / 'out')!r}), workers=1); "
+            "r = dict(graded)['good.py']; print(r.passed, len(used), r.results[0].messages if r.results else r.error)"
+        )
+        env = {k: v for k, v in os.environ.items() if k != jail.FORK_ENV}
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=Path(__file__).resolve().parents[3],
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("True 1 "), done.stdout + done.stderr[-2000:]  # passed, through a fork server
