@@ -156,9 +156,10 @@ class MultiHeadLatentAttention(nn.Module):
         w_out = torch.einsum("ohd,hdc->ohc", self.out_proj.weight.view(self.d_out, nh, hd), w_uv)
         return w_uk, w_uv, w_out
 
-    def forward(self, x, *, cache: LatentKVCache | None = None, absorb: bool = False, return_weights: bool = False):
+    def _new_positions(self, x, cache) -> torch.Tensor:
+        """The positions of x's tokens after what the cache holds; refused past context_length."""
         check_tokens(x, self.d_in, self.context_length)
-        b, n, _ = x.shape
+        n = x.shape[1]
         past_len = 0 if cache is None else cache.seq_len
         if past_len + n > self.context_length:
             raise ValueError(
@@ -167,8 +168,12 @@ class MultiHeadLatentAttention(nn.Module):
                     f"已缓存 {past_len} 个 + 新的 {n} 个 token 超过了 context_length={self.context_length}",
                 )
             )
+        return torch.arange(past_len, past_len + n, device=x.device)
 
-        positions = torch.arange(past_len, past_len + n, device=x.device)
+    def forward(self, x, *, cache: LatentKVCache | None = None, absorb: bool = False, return_weights: bool = False):
+        positions = self._new_positions(x, cache)
+        b, n, _ = x.shape
+        past_len = 0 if cache is None else cache.seq_len
         q_nope, q_rope, c_kv, k_rope = self._project(x, positions, cache)
         num_keys = c_kv.shape[1]
 

@@ -37,7 +37,6 @@ import torch
 from torch import nn
 
 from ..lang import pick
-from ._checks import check_tokens
 from .kv_cache import GrowingLatentKVCache, LatentKVCache
 from .mla import MultiHeadLatentAttention
 from .rotary import apply_rope, rope_cos_sin
@@ -391,17 +390,8 @@ class SparseLatentAttention(MultiHeadLatentAttention):
                     "SparseLatentAttention 需要它自己的缓存（make_cache）：它还要存索引键",
                 )
             )
-        check_tokens(x, self.d_in, self.context_length)
+        positions = self._new_positions(x, cache)
         b, n, _ = x.shape
-        past_len = 0 if cache is None else cache.seq_len
-        if past_len + n > self.context_length:
-            raise ValueError(
-                pick(
-                    f"{past_len} cached + {n} new tokens exceed context_length={self.context_length}",
-                    f"已缓存 {past_len} 个 + 新的 {n} 个 token 超过了 context_length={self.context_length}",
-                )
-            )
-        positions = torch.arange(past_len, past_len + n, device=x.device)
         q_nope, q_rope, c_kv, k_rope = self._project(x, positions, cache)
         num_keys = c_kv.shape[1]
 
