@@ -38,6 +38,7 @@ from torch import nn
 
 from ..lang import pick
 from .kv_cache import GrowingLatentKVCache, LatentKVCache
+from .masks import causal_mask
 from .mla import MultiHeadLatentAttention
 from .rotary import apply_rope, rope_cos_sin
 
@@ -109,8 +110,7 @@ def top_k_indices(scores: torch.Tensor, top_k: int) -> torch.Tensor:
                 f"前 k 个选择：{tq} 个查询不能只跟在 {tk} 个键之后",
             )
         )
-    query_pos = torch.arange(tk - tq, tk, device=scores.device)[:, None]  # (Tq, 1): absolute positions
-    future = torch.arange(tk, device=scores.device) > query_pos  # (Tq, Tk), True = hidden
+    future = causal_mask(tq, tk, device=scores.device)  # (Tq, Tk), True = hidden
     kept = min(top_k, tk)
     values, indices = scores.masked_fill(future, float("-inf")).topk(kept, dim=-1)
     indices = indices.masked_fill(values == float("-inf"), PAD)  # a row with fewer visible keys than top_k
@@ -218,8 +218,7 @@ def indexer_warmup_loss(index_scores: torch.Tensor, attention_weights: torch.Ten
     target = attention_weights.detach().sum(1)  # (B, Tq, Tk)
     target = target / target.sum(-1, keepdim=True)
     _, tq, tk = index_scores.shape
-    positions = torch.arange(tk, device=index_scores.device)
-    future = positions > positions[tk - tq :, None]  # the queries are the last tq positions
+    future = causal_mask(tq, tk, device=index_scores.device)  # the queries are the last tq positions
     log_q = torch.log_softmax(index_scores.masked_fill(future, float("-inf")), dim=-1)
     terms = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - log_q), 0.0)
     return terms.sum((-1, -2)).mean()
