@@ -414,8 +414,7 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             context_latent = torch.einsum("bhnk,bnkc->bhnc", weights, c_sel)
             out = torch.einsum("bhnc,ohc->bno", context_latent, w_out) + self.out_proj.bias
         else:  # DeepSeek's prefill: dense scores, every key outside the selection hidden
-            k_nope = self.W_uk(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
-            values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
+            k_nope, values = self._up_project(c_kv)  # (B, nh, N, hd) each
             scores = (q_nope @ k_nope.transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) * scale
             hidden = selection_mask(indices, num_keys)[:, None]  # (B, 1, n, N): the same for every head
             weights = self.dropout(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1))
