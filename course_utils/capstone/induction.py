@@ -223,6 +223,16 @@ def _lr(step, cfg: TrainConfig):
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def _step(model, opt, loss, step: int, cfg: TrainConfig) -> None:
+    """One optimiser step on ``loss``: the learning rate of ``step``, gradients clipped to norm 1."""
+    for group in opt.param_groups:
+        group["lr"] = _lr(step, cfg)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
 def train(model: GPT, cfg: TrainConfig, progress=None) -> dict:
     """Train ``model`` in place; returns its history (step, loss and accuracy on a fixed evaluation batch).
 
@@ -259,16 +269,11 @@ def train(model: GPT, cfg: TrainConfig, progress=None) -> dict:
         if step == cfg.steps:
             break
         model.train()
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, cfg)
         batch = make_batch(cfg.batch_size, c.context_length, c.vocab_size, generator=data)
         loss, _ = loss_and_accuracy(model, batch)
         if cfg.head_penalty:
             loss = loss + cfg.head_penalty * head_norms(model).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _step(model, opt, loss, step, cfg)
     model.eval()
     return history
 

@@ -30,7 +30,7 @@ from torch import nn
 from ..lang import pick
 from ..reference.gated_delta import chunk_gated_delta_rule, recurrent_gated_delta_rule
 from ..reference.multihead import MultiHeadAttention
-from .induction import CHECKPOINT_DIR, ProgressBar, TrainConfig, _lr
+from .induction import CHECKPOINT_DIR, ProgressBar, TrainConfig, _step
 
 NUM_KEYS, NUM_VALUES = 64, 64
 MIN_PAIRS, MAX_PAIRS = 4, 64
@@ -167,8 +167,9 @@ def accuracy(model: RecallModel, batch: RecallBatch) -> float:
 # ----------------------------------------------------------------------------------------------------------- training
 
 
-# induction's recipe (AdamW, a linear warmup, a cosine decay to 10%, fresh batches), its own numbers; the number of
-# pairs is drawn per step. head_penalty stays 0: the group lasso is the capstone's.
+# induction's schedule and step (a linear warmup, a cosine decay to 10%, clipping, fresh batches) with its own numbers,
+# on plain AdamW (default betas, weight decay on every parameter); the number of pairs is drawn per step.
+# head_penalty stays 0: the group lasso is the capstone's.
 TRAINING = TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=50, eval_every=50)
 
 
@@ -196,14 +197,9 @@ def train(model: RecallModel, cfg: TrainConfig, progress=None) -> dict:
         if step == cfg.steps:
             break
         model.train()
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, cfg)
         num_pairs = int(torch.randint(MIN_PAIRS, MAX_PAIRS + 1, (1,), generator=data))
         loss, _ = loss_and_accuracy(model, make_batch(cfg.batch_size, num_pairs, generator=data))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _step(model, opt, loss, step, cfg)
     model.eval()
     return history
 

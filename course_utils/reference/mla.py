@@ -144,6 +144,13 @@ class MultiHeadLatentAttention(nn.Module):
             c_kv, k_rope = cache.update(c_kv, k_rope)  # (B, N, dc), (B, N, r): what the cache holds
         return q_nope, q_rope, c_kv, k_rope
 
+    def _up_project(self, c_kv):
+        """The per-head keys and values of every latent c_kv (B, N, dc), each (B, nh, N, hd): MLA's MHA mode."""
+        b, num_keys, _ = c_kv.shape
+        k_nope = self.W_uk(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
+        values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
+        return k_nope, values
+
     def absorbed_weights(self):
         """(W_uk per head (nh, hd, dc), W_uv per head (nh, hd, dc), out_proj folded with W_uv (d_out, nh, dc)).
 
@@ -183,8 +190,7 @@ class MultiHeadLatentAttention(nn.Module):
             q_latent = q_nope @ w_uk  # (B, nh, n, hd) @ (nh, hd, dc) -> (B, nh, n, dc)
             scores = q_latent @ c_kv[:, None].transpose(-2, -1) + rope_scores  # (B, nh, n, N)
         else:
-            k_nope = self.W_uk(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, N, hd)
-            values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
+            k_nope, values = self._up_project(c_kv)  # (B, nh, N, hd) each
             scores = q_nope @ k_nope.transpose(-2, -1) + rope_scores
         scores = scores / math.sqrt(self.head_dim + self.rope_dim)
         hidden = self.mask[past_len : past_len + n, :num_keys].bool()  # new queries are the last n positions

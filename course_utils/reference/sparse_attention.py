@@ -38,6 +38,7 @@ from torch import nn
 
 from ..lang import pick
 from .kv_cache import GrowingLatentKVCache, LatentKVCache
+from .masks import causal_mask
 from .mla import MultiHeadLatentAttention
 from .rotary import apply_rope, rope_cos_sin
 
@@ -109,8 +110,7 @@ def top_k_indices(scores: torch.Tensor, top_k: int) -> torch.Tensor:
                 f"前 k 个选择：{tq} 个查询不能只跟在 {tk} 个键之后",
             )
         )
-    query_pos = torch.arange(tk - tq, tk, device=scores.device)[:, None]  # (Tq, 1): absolute positions
-    future = torch.arange(tk, device=scores.device) > query_pos  # (Tq, Tk), True = hidden
+    future = causal_mask(tq, tk, device=scores.device)  # (Tq, Tk), True = hidden
     kept = min(top_k, tk)
     values, indices = scores.masked_fill(future, float("-inf")).topk(kept, dim=-1)
     indices = indices.masked_fill(values == float("-inf"), PAD)  # a row with fewer visible keys than top_k
@@ -218,8 +218,7 @@ def indexer_warmup_loss(index_scores: torch.Tensor, attention_weights: torch.Ten
     target = attention_weights.detach().sum(1)  # (B, Tq, Tk)
     target = target / target.sum(-1, keepdim=True)
     _, tq, tk = index_scores.shape
-    positions = torch.arange(tk, device=index_scores.device)
-    future = positions > positions[tk - tq :, None]  # the queries are the last tq positions
+    future = causal_mask(tq, tk, device=index_scores.device)  # the queries are the last tq positions
     log_q = torch.log_softmax(index_scores.masked_fill(future, float("-inf")), dim=-1)
     terms = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - log_q), 0.0)
     return terms.sum((-1, -2)).mean()
@@ -415,8 +414,7 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             context_latent = torch.einsum("bhnk,bnkc->bhnc", weights, c_sel)
             out = torch.einsum("bhnc,ohc->bno", context_latent, w_out) + self.out_proj.bias
         else:  # DeepSeek's prefill: dense scores, every key outside the selection hidden
-            k_nope = self.W_uk(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
-            values = self.W_uv(c_kv).view(b, num_keys, self.num_heads, self.head_dim).transpose(1, 2)
+            k_nope, values = self._up_project(c_kv)  # (B, nh, N, hd) each
             scores = (q_nope @ k_nope.transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) * scale
             hidden = selection_mask(indices, num_keys)[:, None]  # (B, 1, n, N): the same for every head
             weights = self.dropout(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1))
