@@ -247,13 +247,8 @@ def test_a_colour_named_in_a_text_is_the_colour_drawn():
 def test_panels_are_tagged_all_or_none():
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))
     for ax, title in zip(axes, ("is_causal=True: WRONG", "bottom-right mask"), strict=True):
-        (
-            ax.plot([0, 1], [0, 1]),
-            ax.set_title(title),
-            ax.set_xlabel("key"),
-            ax.set_ylabel("query"),
-            ax.set_xticks([0, 1]),
-        )
+        ax.plot([0, 1], [0, 1]), ax.set_title(title), ax.set_xticks([0, 1])
+        ax.set_xlabel("key"), ax.set_ylabel("query")
     assert "panel 'is_causal=True: WRONG' carries a verdict and panel 'bottom-right mask' none" in problems_of(fig)
     axes[1].set_title("bottom-right mask: RIGHT")
     assert problems_of(fig) == ""

@@ -1,5 +1,5 @@
 """Install the workshop hub into a folder of its own that every learner may read, apart from the instructor's clone
-(``make hub-install``; as root). Learners get the course, never the repository: no solutions/, no tests, no git
+(``make hub-setup``; as root). Learners get the course, never the repository: no solutions/, no tests, no git
 history, no instructors' folder. The clone (and the nbgrader course folder, and the hub's state) can then stay
 private to the instructor (chmod 700).
 

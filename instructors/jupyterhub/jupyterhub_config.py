@@ -1,4 +1,4 @@
-"""The workshop hub on one machine. `make hub-install` (install.py) puts this file in <prefix>/hub, beside the exchange
+"""The workshop hub on one machine. `make hub-setup` (install.py) puts this file in <prefix>/hub, beside the exchange
 service and nbgrader's settings, with the environment in <prefix>/env and what learners get in <prefix>/course; as
 root on the workshop's server:
 

@@ -27,14 +27,11 @@ SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 def lab_server():
     if not browser_tests_wanted() or chromium_path() is None:
         pytest.skip(SKIP_REASON)
-    with tempfile.TemporaryDirectory(prefix="attn-lab-") as workdir:
-        server = LabServer(Path(workdir), ROOT, notebooks_dir())
-        try:
-            server.start()
-            yield server
-        finally:
-            left = server.stop()
-        assert not left, f"processes survived the server's shutdown: {left}"
+    with (
+        tempfile.TemporaryDirectory(prefix="attn-lab-") as workdir,
+        LabServer(Path(workdir), ROOT, notebooks_dir()).running() as server,
+    ):
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ The page helpers below open a notebook, run all cells and read back what the lea
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
@@ -294,6 +295,16 @@ class LabServer:
         left, self.proc = sorted(_alive(self._known)), None
         atexit.unregister(self.stop)
         return left
+
+    @contextlib.contextmanager
+    def running(self):
+        """The server started, then stopped on the way out; no process it started may outlive the stop."""
+        try:
+            self.start()
+            yield self
+        finally:
+            left = self.stop()
+        assert not left, f"processes survived the server's shutdown: {left}"
 
 
 def _processes():

@@ -20,6 +20,7 @@ names then are in the notebook's model); a notebook that must change is waited f
 one that must not is left open a fixed READ_S past that point, several autosaves.
 """
 
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -67,6 +68,7 @@ def _edit_metadata(path: Path, key: str, field: str, value: str) -> None:
     path.write_text(text.replace(needle, f'"{field}": "{value}"'), encoding="utf-8")
 
 
+@contextlib.contextmanager
 def _serve(server_config):
     """A JupyterLab with autosave every AUTOSAVE_S seconds over a committed git checkout of the repository's copy,
     which holds the OTHER_PYTHON and CONTROL notebooks as well."""
@@ -81,12 +83,8 @@ def _serve(server_config):
         _edit_metadata(control, "kernelspec", "display_name", "Python 3")
         for args in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "the course as cloned")):
             _git(server.root, *args)
-        try:
-            server.start()
+        with server.running():
             yield server
-        finally:
-            left = server.stop()
-        assert not left, f"processes survived the server's shutdown: {left}"
 
 
 # the kernel's info reply and spec: what JupyterLab writes into the notebook (language_info, kernelspec) is known
@@ -138,7 +136,7 @@ def _saved(rel):
 
 
 def test_the_committed_notebooks_alone_stay_clean_and_the_old_name_does_not(browser):
-    for server in _serve(server_config=("jupyter_server_config.json",)):
+    with _serve(server_config=("jupyter_server_config.json",)) as server:
         status = _read(browser, server, CONTROL, until=_changed)  # first: this server's autosave does rewrite
         assert status.strip() == f"M {CONTROL}", f"autosave did not rewrite the control within {EVENT_S} s:\n{status}"
         for rel in OPENED:
@@ -147,7 +145,7 @@ def test_the_committed_notebooks_alone_stay_clean_and_the_old_name_does_not(brow
 
 
 def test_with_the_course_server_config_another_python_stays_clean_too(browser):
-    for server in _serve(server_config=LabServer.SERVER_CONFIG):
+    with _serve(server_config=LabServer.SERVER_CONFIG) as server:
         for rel in [CONTROL, OTHER_PYTHON]:  # their kernel names differ from the kernel's: autosave saves them
             status = _read(browser, server, rel, until=_saved(rel))
             assert f"Saving file at /{rel}" in server.log_tail(400), f"autosave never saved {rel} within {EVENT_S} s"

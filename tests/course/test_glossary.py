@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.course.test_learner_words import output_texts
+
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "docs" / "glossary.md"
 COLUMNS = ("English", "中文", "first met in", "short note (中文)")
@@ -238,9 +240,8 @@ def chinese_texts():
             for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
                 if cell["cell_type"] == "markdown":
                     yield f"{path.relative_to(ROOT)} cell {i}", "".join(cell["source"])
-                for out in cell.get("outputs", []):
-                    text = out.get("text") or out.get("data", {}).get("text/plain") or ""
-                    yield f"{path.relative_to(ROOT)} cell {i} output", "".join(text) if isinstance(text, list) else text
+                for text in output_texts(cell):
+                    yield f"{path.relative_to(ROOT)} cell {i} output", text
     for path in [ROOT / "README.zh-CN.md", ROOT / "CONTRIBUTING.zh-CN.md", *sorted(ROOT.glob("*/zh-CN/*.md"))]:
         yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
     for path in sorted((ROOT / "course_utils").rglob("*.py")):

@@ -89,12 +89,17 @@ def test_the_two_readmes_agree_on_times_and_questions():
         assert questions == zh_questions, nb
 
 
+def questions_asked(path: Path) -> int:
+    """The interview questions a notebook asks: the numbered ``<summary>`` lines of its markdown."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return sum(len(QUESTION.findall("".join(c["source"]))) for c in cells if c["cell_type"] == "markdown")
+
+
 @pytest.mark.parametrize("row", EN, ids=lambda row: Path(row[0]).stem)
 def test_interview_questions_are_counted_from_the_notebook(row):
     notebook, *_, questions = row
     for path in (ROOT / notebook, ROOT / "notebooks" / "zh-CN" / Path(notebook).name):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        asked = sum(len(QUESTION.findall("".join(c["source"]))) for c in cells if c["cell_type"] == "markdown")
+        asked = questions_asked(path)
         assert questions == str(asked), f"{path.relative_to(ROOT)} asks {asked} questions, the README says {questions}"
 
 

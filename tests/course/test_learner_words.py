@@ -36,9 +36,17 @@ def _texts(path: Path):
         return
     for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
         yield f"cell {i}", "".join(cell["source"])
-        for out in cell.get("outputs", []):
-            text = out.get("text") or out.get("data", {}).get("text/plain") or ""
-            yield f"cell {i} output", "".join(text) if isinstance(text, list) else text
+        for text in output_texts(cell):
+            yield f"cell {i} output", text
+
+
+def output_texts(cell: dict) -> list[str]:
+    """The text of each of a cell's committed outputs: a stream's, or a result's plain text ("" for neither)."""
+    texts = []
+    for out in cell.get("outputs", []):
+        text = out.get("text") or out.get("data", {}).get("text/plain") or ""
+        texts.append("".join(text) if isinstance(text, list) else text)
+    return texts
 
 
 def offenders(paths) -> list[str]:

@@ -13,25 +13,26 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from course_utils.grade.source import strip_magics
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "zh-CN").glob("*.ipynb"))
-_MAGIC = re.compile(r"^\s*[%!]", re.M)
 
 
 def _cells(path: Path) -> list[ast.Module | None]:
-    """Each code cell parsed (IPython's magics and shell lines blanked), None for markdown or what does not parse."""
+    """Each code cell parsed (as the grader reads it: IPython's magics and shell lines made Python), None for markdown
+    or what does not parse."""
     parsed: list[ast.Module | None] = []
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         if cell["cell_type"] != "code":
             parsed.append(None)
             continue
         try:
-            parsed.append(ast.parse(_MAGIC.sub("pass  #", "".join(cell["source"]))))
+            parsed.append(ast.parse(strip_magics("".join(cell["source"]))))
         except SyntaxError:
             parsed.append(None)
     return parsed

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from course_utils.grade.exercises import EXERCISES
+from tests.course.test_learner_path import questions_asked
 
 ROOT = Path(__file__).resolve().parents[2]
-QUESTION = re.compile(r"<summary>\s*\d+\.")
 FOLLOW_UPS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 FOLLOW_UPS_ZH = {1: "一", 2: "两", 3: "三", 4: "四", 5: "五"}
 
@@ -70,10 +70,6 @@ def _title(path: Path) -> str:
     return re.sub(r"^#+\s*(\d+\w*\s*[·.:-]\s*)?", "", "".join(heading["source"]).splitlines()[0]).strip()
 
 
-def _questions(path: Path) -> int:
-    return sum(len(QUESTION.findall("".join(c["source"]))) for c in _cells(path) if c["cell_type"] == "markdown")
-
-
 # the four tables: file, the folders an exercise's row links into, the row to write for a new exercise
 TABLES = {
     "README.md": (
@@ -114,7 +110,7 @@ def test_every_exercise_has_its_row_in_every_table(table):
         if not all(f"]({folder}{ex.notebook}.ipynb)" in text for folder in folders):
             course = course_notebook(ex, lang)
             filled = dict(n=number(ex), nb=ex.notebook, contract=ex.contract, course=course.name)
-            missing.append(row.format(**filled, title=_title(course), questions=_questions(course)))
+            missing.append(row.format(**filled, title=_title(course), questions=questions_asked(course)))
     assert not missing, f"{table}: add the row of each exercise below to its table, in course order:\n" + "\n".join(
         missing
     )
