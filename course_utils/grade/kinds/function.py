@@ -82,7 +82,7 @@ class Function(Kind):
 
 
 def _integer_names(case) -> set[str]:
-    return {name for call in case.calls for name in getattr(call, "integer_outputs", ())}
+    return {name for call in case.calls for name in call.integer_outputs}
 
 
 def _integers_read(rec, names: set[str]):
