@@ -654,12 +654,11 @@ class ForkServer:
         plan: bytes,
         *,
         timeout: float,
-        wall: float | None = None,
+        wall: float,
         env: Mapping[str, str] | None = None,
     ) -> Outcome:
         """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's), within
-        ``timeout`` CPU seconds and ``wall`` seconds (default ``limits.WALL_FACTOR`` times ``timeout``)."""
-        wall = timeout * limits.WALL_FACTOR if wall is None else wall
+        ``timeout`` CPU seconds and ``wall`` seconds (``run`` says both)."""
         tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
         nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks  # RLIMIT_NPROC counts the whole user's
         request = {
