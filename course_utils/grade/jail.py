@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from . import limits
@@ -462,15 +462,23 @@ def _wait(proc, budget: float, wall: float | None = None) -> tuple[bool, float]:
     timeout; one that waits instead of computing is stopped after ``wall`` seconds (default ``limits.WALL_FACTOR``
     budgets). Without /proc: wall time alone, and the time it used is the wall time it took."""
     wall = budget * limits.WALL_FACTOR if wall is None else wall
+    return _watch(lambda within: _reaped(proc, within), proc.pid, budget, wall)
+
+
+def _watch(ended: Callable[[float], float | None], pid: int, budget: float, wall: float) -> tuple[bool, float]:
+    """The clock of a child ``pid`` (a sandbox of its own, or a fork server's): (whether it ran out of time, the CPU
+    seconds its processes used). ``ended(within)``: the CPU seconds the kernel counted for it, once it ends within
+    ``within`` seconds; None while it runs. Stopped past ``budget`` CPU seconds over its process tree, or ``wall``
+    seconds of the clock; without /proc, ``budget`` seconds of the clock, and the time it used is the time it took."""
     started = time.monotonic()
     if not os.path.isdir("/proc"):
-        return _reaped(proc, budget) is None, time.monotonic() - started
+        return ended(budget) is None, time.monotonic() - started
     used = 0.0
     while True:
-        ended = _reaped(proc, 0.2)
-        if ended is not None:  # what it and every process it reaped used, and at least what was last seen
-            return False, max(used, ended)
-        used = max(used, limits.tree_cpu_seconds(proc.pid))
+        counted = ended(0.2)
+        if counted is not None:  # what it and every process it reaped used, and at least what was last seen
+            return False, max(used, counted)
+        used = max(used, limits.tree_cpu_seconds(pid))
         if time.monotonic() - started > wall or used > budget:
             return True, used
 
@@ -628,18 +636,17 @@ class ForkServer:
     def _wait(self, host_pid: int, budget: float, wall: float) -> tuple[int | None, float]:
         """(the child's exit code, or None when it ran out of time; the CPU seconds it used): as for a sandbox of its
         own (``_wait``), a budget of CPU time over the child's processes, and ``wall`` seconds as the backstop."""
-        started = time.monotonic()
-        if not os.path.isdir("/proc"):
-            ended = self._status(budget)
-            return None if ended is None else ended[0], time.monotonic() - started
-        used = 0.0
-        while True:
-            ended = self._status(0.2)
-            if ended is not None:
-                return ended[0], max(used, ended[1])
-            used = max(used, limits.tree_cpu_seconds(host_pid))
-            if time.monotonic() - started > wall or used > budget:
-                return None, used
+        codes: list[int] = []
+
+        def ended(within: float) -> float | None:
+            said = self._status(within)
+            if said is None:
+                return None
+            codes.append(said[0])
+            return said[1]
+
+        timed_out, used = _watch(ended, host_pid, budget, wall)
+        return None if timed_out else codes[0], used
 
     def run(
         self,
@@ -647,12 +654,11 @@ class ForkServer:
         plan: bytes,
         *,
         timeout: float,
-        wall: float | None = None,
+        wall: float,
         env: Mapping[str, str] | None = None,
     ) -> Outcome:
         """Grade ``submission`` with ``plan`` in a new child, with the environment ``env`` added (a kind's), within
-        ``timeout`` CPU seconds and ``wall`` seconds (default ``limits.WALL_FACTOR`` times ``timeout``)."""
-        wall = timeout * limits.WALL_FACTOR if wall is None else wall
+        ``timeout`` CPU seconds and ``wall`` seconds (``run`` says both)."""
         tasks = limits.MAX_TASKS if limits.mechanism() != "rlimits" else limits.FALLBACK_TASKS
         nproc = tasks if os.geteuid() == 0 else _user_processes() + tasks  # RLIMIT_NPROC counts the whole user's
         request = {

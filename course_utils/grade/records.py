@@ -109,6 +109,11 @@ def clean_error(err) -> dict | None:
     return clean
 
 
+def described(tensor: torch.Tensor) -> str:
+    """What a record keeps of a tensor it cannot compare: its dtype."""
+    return f"<tensor of dtype {str(tensor.dtype).replace('torch.', '')}>"
+
+
 def validate(records, cases: list, expected_names: Callable[[Any], Iterable[str]]) -> list:
     """The learner's records reduced to the schema: one per case, plain float tensors or None under the names
     ``expected_names(case)`` gives (anything else becomes a description string), bounded sizes. Raises BadResult."""
@@ -131,7 +136,7 @@ def validate(records, cases: list, expected_names: Callable[[Any], Iterable[str]
             elif type(value) is torch.Tensor and value.is_floating_point() and value.numel() <= MAX_ELEMENTS:
                 kept[name] = value.detach().to(torch.float64)
             elif isinstance(value, torch.Tensor):
-                kept[name] = f"<tensor of dtype {str(value.dtype).replace('torch.', '')}>"
+                kept[name] = described(value)
             else:
                 kept[name] = str(value)[:80]
         calls = rec.get("calls") or []

@@ -133,13 +133,12 @@ def _sandbox(
     slot: int,
     sandboxed: bool,
     group: list,
-    report: SubmissionReport | None = None,
-    wall: float | None = None,
+    report: SubmissionReport,
+    wall: float,
 ) -> tuple[Any, Any]:
     """(data, None) from a run of the harness on ``plan`` (its exercises ``group``: their kinds say what the sandbox
-    adds) within ``total_timeout`` CPU seconds and ``wall`` seconds (default ``limits.WALL_FACTOR`` times as many),
-    or (None, (key, message)) when nothing usable came back. Adds the CPU time it used to ``report``."""
-    wall = total_timeout * limits.WALL_FACTOR if wall is None else wall
+    adds) within ``total_timeout`` CPU seconds and ``wall`` seconds, or (None, (key, message)) when nothing usable
+    came back. Adds the CPU time it used to ``report``."""
     buffer = io.BytesIO()
     torch.save(plan, buffer)
     env: dict[str, str] = {}
@@ -150,7 +149,6 @@ def _sandbox(
         packages, functions = ex.how.mounts(ex)
         mounts += [p for p in packages if p not in mounts]
         withheld.update(functions)
-    started = time.monotonic()
     outcome = jail.run(
         path,
         buffer.getvalue(),
@@ -162,11 +160,9 @@ def _sandbox(
         withheld=withheld,
         env=env,
     )
-    usage = getattr(outcome, "usage", None) or limits.Usage()
-    if report is not None:
-        report.peak_memory = max(report.peak_memory, usage.peak)
-        cpu = getattr(outcome, "cpu_seconds", None)  # unknown: what it took of the clock, the most it can have used
-        report.cpu_seconds += cpu if isinstance(cpu, (int, float)) else time.monotonic() - started
+    usage = outcome.usage
+    report.peak_memory = max(report.peak_memory, usage.peak)
+    report.cpu_seconds += outcome.cpu_seconds
     # memory first: what the accounting (the cgroup's events, the watchdog) saw, whatever the clock said after
     if usage.hit == "memory" and (outcome.timed_out or not outcome.result):
         return None, ("crashed", Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20))
@@ -197,7 +193,7 @@ def _sandbox(
             raise BadResult(Msg("bad.exercises"))
     except Exception as exc:  # noqa: BLE001 - a tampered result gets no credit, and no crash here
         return None, ("crashed", Msg("run.unreadable", type=type(exc).__name__))
-    if usage.hit and report is not None:  # it finished, but one of its processes was stopped at the limit
+    if usage.hit:  # it finished, but one of its processes was stopped at the limit
         report.limit_notes.append(
             Msg("run.over_memory", limit=limits.MEMORY_TOTAL >> 20)
             if usage.hit == "memory"

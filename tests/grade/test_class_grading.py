@@ -129,11 +129,9 @@ def test_a_loop_inside_forward_timed_out_it_is_not_missing(tmp_path):
 
 
 def test_a_memory_limit_reached_is_said_even_when_the_clock_ran_out(tmp_path, monkeypatch):
-    class Outcome:  # what jail.run returns for a submission stopped by its total while its pages were faulted in
-        returncode, result, stderr_tail, too_big, timed_out = -9, b"", "", False, True
-        usage = limits.Usage(peak=4 << 30, hit="memory")
-
-    monkeypatch.setattr(jail, "run", lambda *a, **k: Outcome())
+    # what jail.run returns for a submission stopped by its total while its pages were faulted in
+    outcome = jail.Outcome(-9, b"", "", timed_out=True, too_big=False, usage=limits.Usage(peak=4 << 30, hit="memory"))
+    monkeypatch.setattr(jail, "run", lambda *a, **k: outcome)
     path = tmp_path / "big.py"
     path.write_text(MHA)
     (result,) = runner.grade_file(path, ["mha"]).results

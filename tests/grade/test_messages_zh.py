@@ -302,16 +302,13 @@ def test_submission_failures_in_chinese(tmp_path, monkeypatch):
     assert "scaled_dot_product_attention" not in zh  # cell 5 only names SDPA: interview mode refuses what runs
     assert json.dumps(report.to_dict("en")) == json.dumps(report.to_dict())
 
-    class Outcome:
-        returncode, result, stderr_tail, too_big = -9, b"", "MemoryError\n", False
-        timed_out = True
-
-    monkeypatch.setattr(jail, "run", lambda *a, **k: Outcome())
+    outcome = jail.Outcome(-9, b"", "MemoryError\n", timed_out=True, too_big=False)
+    monkeypatch.setattr(jail, "run", lambda *a, **k: outcome)
     timeout = runner.grade_file(tmp_path / "submission.ipynb", ["mha"], total_timeout=7)
     assert timeout.results[0].report("zh") == (
         "❌ mha：7 项检查通过了 0 项：评分被终止：计算超过了 7 秒，或总共超过了 28 秒（是不是有死循环？）"
     )
-    Outcome.timed_out = False
+    outcome.timed_out = False
     crashed = runner.grade_file(tmp_path / "submission.ipynb", ["mha"])
     assert "这份提交在给出任何结果之前就结束了评分进程（退出码 -9），是不是内存不足？：MemoryError" in crashed.results[
         0

@@ -15,7 +15,7 @@ import torch
 
 from .. import diagnose
 from ..messages import Msg
-from ..records import MAX_ELEMENTS
+from ..records import MAX_ELEMENTS, described
 from . import Kind
 
 # its texts, key -> (English, Chinese)
@@ -82,7 +82,7 @@ class Function(Kind):
 
 
 def _integer_names(case) -> set[str]:
-    return {name for call in case.calls for name in getattr(call, "integer_outputs", ())}
+    return {name for call in case.calls for name in call.integer_outputs}
 
 
 def _integers_read(rec, names: set[str]):
@@ -98,7 +98,7 @@ def _integers_read(rec, names: set[str]):
         if integer and value.numel() <= MAX_ELEMENTS:  # beyond 2**31 an index is no key either way: kept out of range
             outputs[name] = value.detach().to(torch.int64).clamp(-(1 << 31), 1 << 31).to(torch.float64)
         else:
-            outputs[name] = f"<tensor of dtype {str(value.dtype).replace('torch.', '')}>"
+            outputs[name] = described(value)
     return {**rec, "outputs": outputs}
 
 

@@ -16,6 +16,7 @@ import os
 import pkgutil
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -77,6 +78,21 @@ class Fixture:
             if self.kernel:  # NumPy's 0/0 warnings of a mistaken kernel in Triton's interpreter
                 warnings.simplefilter("ignore", RuntimeWarning)
             return grade_class(self.exercise, learner)
+
+    def graded_in_the_sandbox(self, folder: Path, alternative: str) -> None:
+        """The reference, the alternative ``alternative`` and every mutant as submission files in ``folder``, each
+        graded through the sandboxed runner: the first two pass, each mutant gets its diagnosis (the same verdicts as
+        in the notebook's kernel)."""
+        from course_utils.grade import runner  # here: only the sandbox tests need the runner
+
+        contract = get(self.exercise).contract
+        subs = {"ref": self.reference, "alt": self.alternatives[alternative], **dict(self.mutants)}
+        for name, src in subs.items():
+            path = folder / f"{name}.py"
+            call = f'check("{self.exercise}", {contract})'
+            path.write_text(f"{src}\nfrom course_utils.grade import check\nresult = {call}\n")
+            result = runner.grade_file(path, sandboxed=True).results[0]
+            assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
 
 
 def _module_stubs(exercise: str) -> dict[str, str]:

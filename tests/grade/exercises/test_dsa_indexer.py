@@ -22,6 +22,7 @@ from course_utils.grade.exercises.dsa_indexer import (
     ties_read_as_reference,
 )
 from tests.conftest import load
+from tests.grade.exercises.fixtures import FIXTURES
 from tests.grader_cases.dsa_indexer import DSA_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -93,18 +94,7 @@ def test_delegating_to_course_utils_is_refused():
 @pytest.mark.requires_sandbox
 def test_graded_in_the_sandbox(tmp_path):
     """Submissions as files, through the sandboxed runner: the same verdicts as in the notebook's kernel."""
-    from course_utils.grade import runner
-    from tests.grader_cases.dsa_indexer import DSA_ALTERNATIVES, DSA_MUTANTS, DSA_REFERENCE
-    from tests.grader_cases.implementations import mutate
-
-    subs = {"ref": DSA_REFERENCE, "alt": DSA_ALTERNATIVES["sort_and_sdpa"]}
-    for key, edits in DSA_MUTANTS:
-        subs[key] = edits if isinstance(edits, str) else mutate(DSA_REFERENCE, edits)
-    for name, src in subs.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("dsa_indexer", dsa_attention)\n')
-        result = runner.grade_file(path, sandboxed=True).results[0]
-        assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
+    FIXTURES[EX].graded_in_the_sandbox(tmp_path, "sort_and_sdpa")
 
 
 # ---------------------------------------------------------------------------------------------------- the indices

@@ -13,6 +13,7 @@ from course_utils.grade import grade_class
 from course_utils.grade.exercises import get
 from course_utils.grade.exercises.kv_quant import MARGIN, QuantVariant, kivi_forward, mutants, normalised
 from tests.conftest import load
+from tests.grade.exercises.fixtures import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[3]
 EX = "kv_quant"
@@ -81,15 +82,4 @@ def test_delegating_to_course_utils_is_refused():
 @pytest.mark.requires_sandbox
 def test_graded_in_the_sandbox(tmp_path):
     """Submissions as files, through the sandboxed runner: the same verdicts as in the notebook's kernel."""
-    from course_utils.grade import runner
-    from tests.grader_cases.implementations import mutate
-    from tests.grader_cases.kv_quant import KIVI_ALTERNATIVES, KIVI_MUTANTS, KIVI_REFERENCE
-
-    subs = {"ref": KIVI_REFERENCE, "alt": KIVI_ALTERNATIVES["loops_and_cat"]}
-    for key, edits in KIVI_MUTANTS:
-        subs[key] = edits if isinstance(edits, str) else mutate(KIVI_REFERENCE, edits)
-    for name, src in subs.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(src + '\nfrom course_utils.grade import check\nresult = check("kv_quant", kivi_quantize)\n')
-        result = runner.grade_file(path, sandboxed=True).results[0]
-        assert (result.diagnosis or "passed") == ("passed" if name in ("ref", "alt") else name), result.report()
+    FIXTURES[EX].graded_in_the_sandbox(tmp_path, "loops_and_cat")
