@@ -319,6 +319,7 @@ _EXECUTE_JS = """async ([base, code, timeoutMs]) => {
   const started = Date.now();
   return await new Promise(resolve => {
     const out = [];
+    let reply = null, idle = false;
     const done = status => {
       clearTimeout(timer);
       resolve({kernel: kernel.id, status, out, ms: Date.now() - started});
@@ -338,7 +339,11 @@ _EXECUTE_JS = """async ([base, code, timeoutMs]) => {
       if (!m.parent_header || m.parent_header.msg_id !== 'run-1') return;
       if (m.msg_type === 'stream') out.push(m.content.text);
       if (m.msg_type === 'error') out.push(m.content.ename + ': ' + m.content.evalue);
-      if (m.msg_type === 'execute_reply') done(m.content.status);
+      // shell and iopub are not ordered against each other: a request's outputs are all in only once iopub
+      // says idle for it, so the answer waits for both the reply and that idle
+      if (m.msg_type === 'execute_reply') reply = m.content.status;
+      if (m.msg_type === 'status' && m.content.execution_state === 'idle') idle = true;
+      if (reply !== null && idle) done(reply);
     };
     ws.onclose = () => done('closed');
   });
