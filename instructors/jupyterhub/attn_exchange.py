@@ -85,7 +85,11 @@ class ServiceExchange(FilesystemExchange):
             with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
                 return json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
-            self.fail(f"the exchange refused: {exc.code} {exc.reason}")
+            try:
+                why = json.loads(exc.read() or b"{}").get("error") or exc.reason
+            except (ValueError, AttributeError):
+                why = exc.reason
+            self.fail(f"the exchange refused: {exc.code} {why}")
         except OSError as exc:
             self.fail(f"the exchange cannot be reached: {exc}")
 

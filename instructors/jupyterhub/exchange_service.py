@@ -2,12 +2,14 @@
 
 nbgrader's own exchange is a folder every learner can write to, and a submission's name says whose it is: a learner
 who writes ``bob+workshop+...`` there submits as bob, and where every server runs as one Unix user (Zero to
-JupyterHub's pods) every learner can read and replace every other's work. This service keeps the exchange in a
-folder only the hub's user can read (``ATTN_EXCHANGE_STORE``, mode 0700) and answers requests that carry a hub
-token (a learner's server has one: ``$JUPYTERHUB_API_TOKEN``). The hub names the token's owner; the service files a
-submission under that name, whatever the request says, and shows each learner the released assignments, their own
-submissions and their own feedback. Instructors (``ATTN_INSTRUCTORS``, the hub's admins) release assignments and
-feedback and collect every submission. ``attn_exchange.py`` is nbgrader's side of it.
+JupyterHub's pods) every learner can read and replace every other's work. This service keeps the exchange in a folder
+only the hub's user can read (``ATTN_EXCHANGE_STORE``, mode 0700) and answers requests that carry a hub token (a
+learner's server has one: ``$JUPYTERHUB_API_TOKEN``). The hub names the token's owner; the service files a submission
+under that name, whatever the request says, and shows each learner the released assignments, their own submissions and
+their own feedback. One learner cannot fill the disk: each keeps the newest ``KEEP`` submissions of an assignment
+(nbgrader collects the newest) and at most ``ATTN_EXCHANGE_QUOTA_MIB`` (default 100) in a course; a submission past
+that is refused with a message that says so. Instructors (``ATTN_INSTRUCTORS``, the hub's admins) release assignments
+and feedback and collect every submission. ``attn_exchange.py`` is nbgrader's side of it.
 
 jupyterhub_config.py starts it as a managed service (the hub gives it its URL and its own token in the
 environment). The API, under ``/services/<name>/api/<course>/``, JSON in and out, files as
@@ -39,6 +41,8 @@ from tornado.httpserver import HTTPServer
 
 MAX_BODY = 32 << 20  # one request: a whole assignment with its notebooks
 MAX_FILES = 200  # files in one request
+KEEP = 5  # a learner's newest submissions of one assignment kept: nbgrader collects the newest, the rest are history
+DEFAULT_QUOTA_MIB = 100  # what one learner's submissions to one course may take in all
 NAME = re.compile(r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,127}$")  # a course, an assignment, a learner: no '/', no '+'
 TIMESTAMP_SLACK = datetime.timedelta(minutes=10)  # a submission's own time may differ from the service's by this
 
@@ -69,6 +73,10 @@ def _files(body: dict) -> list[tuple[str, bytes]]:
     return out
 
 
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def _read(folder: Path) -> list[dict]:
     return [
         {"path": p.relative_to(folder).as_posix(), "content": base64.b64encode(p.read_bytes()).decode()}
@@ -91,8 +99,8 @@ def _write(folder: Path, files: list[tuple[str, bytes]]) -> None:
 
 
 class Handler(web.RequestHandler):
-    def initialize(self, store: Path, hub_auth: HubAuth, instructors: set):
-        self.store, self.hub_auth, self.instructors = store, hub_auth, instructors
+    def initialize(self, store: Path, hub_auth: HubAuth, instructors: set, quota: int):
+        self.store, self.hub_auth, self.instructors, self.quota = store, hub_auth, instructors, quota
 
     def check_xsrf_cookie(self):  # token-authenticated API: no cookies are accepted
         pass
@@ -126,6 +134,12 @@ class Handler(web.RequestHandler):
     def reply(self, value: dict):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(value))
+
+    def write_error(self, status_code: int, **kwargs):
+        """A refusal as JSON whose ``error`` says why (tornado's page would give only the status)."""
+        exc = kwargs.get("exc_info", (None, None))[1]
+        message = exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason
+        self.reply({"error": message})
 
 
 class View(Handler):
@@ -169,8 +183,22 @@ class Inbound(Handler):
             raise web.HTTPError(400, "a submission needs its timestamp.txt, in nbgrader's format") from None
         if abs(when - now) > TIMESTAMP_SLACK:
             raise web.HTTPError(400, "the submission's timestamp is not now")
+        # the learner's submissions (names sort by time within an assignment): the oldest of this assignment go
+        # to make room for the new one, and what is left must fit the quota with it
+        mine = sorted(p for p in (root / "inbound").glob(f"{self.user}+*") if p.is_dir())
+        same = [p for p in mine if p.name.startswith(f"{self.user}+{assignment}+")]
+        dropped = same[: max(0, len(same) - (KEEP - 1))]
+        total = sum(len(data) for _, data in files) + sum(_size(p) for p in mine if p not in dropped)
+        if total > self.quota:
+            raise web.HTTPError(
+                413,
+                "your submissions to this course would take %.1f MiB, more than the %d MiB a learner may keep: "
+                "submit the assignment's notebooks only, or ask an instructor" % (total / 2**20, self.quota >> 20),
+            )
         name = f"{self.user}+{assignment}+{stamps[0]}+{secrets.token_urlsafe(9)}"
         _write(root / "inbound" / name, files)
+        for old in dropped:
+            shutil.rmtree(old, ignore_errors=True)
         self.reply({"name": name})
 
 
@@ -199,10 +227,10 @@ class Feedback(Handler):
         self.reply({"released": len(files)})
 
 
-def make_app(store: Path, instructors: set, prefix: str) -> web.Application:
+def make_app(store: Path, instructors: set, prefix: str, quota_mib: int = DEFAULT_QUOTA_MIB) -> web.Application:
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     store.chmod(0o700)
-    args = {"store": store, "hub_auth": HubAuth(), "instructors": instructors}
+    args = {"store": store, "hub_auth": HubAuth(), "instructors": instructors, "quota": quota_mib << 20}
     api = prefix.rstrip("/") + "/api/([^/]+)/"
     return web.Application(
         [
@@ -220,7 +248,8 @@ def main() -> int:
     url = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     store = Path(os.environ["ATTN_EXCHANGE_STORE"])
     instructors = {n.strip() for n in os.environ.get("ATTN_INSTRUCTORS", "").split(",") if n.strip()}
-    app = make_app(store, instructors, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/exchange/"))
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/exchange/")
+    app = make_app(store, instructors, prefix, int(os.environ.get("ATTN_EXCHANGE_QUOTA_MIB", DEFAULT_QUOTA_MIB)))
     # where it listens: the URL's host (127.0.0.1 on one machine); on Kubernetes every address of the hub's pod
     HTTPServer(app, max_body_size=MAX_BODY).listen(url.port, os.environ.get("ATTN_EXCHANGE_BIND", url.hostname))
     print(f"nbgrader exchange service on {url.geturl()}, store {store}", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ from the command line (which every local account can read in /proc):
     ATTN_MEM_LIMIT       memory per learner, their server and kernels together (default 2G)
     ATTN_COURSE_ID       nbgrader's course id (default attention-by-hand, as instructors/nbgrader_config.py)
     ATTN_EXCHANGE_PORT   the exchange service's port on 127.0.0.1 (default 8083)
+    ATTN_EXCHANGE_QUOTA_MIB  what one learner's submissions to the course may take in the exchange (default 100)
 
 tests/hub/test_workshop.py installs and starts exactly this, with Unix accounts of its own, and attacks it.
 """
@@ -175,6 +176,9 @@ class LimitedSpawner(LocalProcessSpawner):
 
 EXCHANGE_PORT = int(os.environ.get("ATTN_EXCHANGE_PORT", "8083"))
 COURSE_ID = os.environ.get("ATTN_COURSE_ID", "attention-by-hand")
+EXCHANGE_QUOTA_MIB = os.environ.get("ATTN_EXCHANGE_QUOTA_MIB", "100")
+if not EXCHANGE_QUOTA_MIB.isdigit() or int(EXCHANGE_QUOTA_MIB) < 1:
+    raise Refused(f"ATTN_EXCHANGE_QUOTA_MIB={EXCHANGE_QUOTA_MIB!r}: a whole number of MiB, 1 or more")
 c.JupyterHub.spawner_class = LimitedSpawner
 c.Spawner.mem_limit = MEMORY
 c.Spawner.cmd = [str(ENV / "bin" / "jupyterhub-singleuser")]
@@ -205,6 +209,7 @@ c.JupyterHub.services = [
         "environment": {
             "ATTN_EXCHANGE_STORE": str(STATE / "exchange"),
             "ATTN_INSTRUCTORS": ",".join(sorted(INSTRUCTORS)),
+            "ATTN_EXCHANGE_QUOTA_MIB": EXCHANGE_QUOTA_MIB,
             **({"LD_LIBRARY_PATH": str(PREFIX / "python" / "lib")} if (PREFIX / "python" / "lib").is_dir() else {}),
         },
     }

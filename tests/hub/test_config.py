@@ -85,6 +85,7 @@ def test_it_refuses_what_would_leave_the_hub_open(tmp_path):
     )
     _refused(_load(tmp_path, argv=["--JupyterHub.authenticator_class=dummy"]), "command line")
     _refused(_load(tmp_path, ATTN_AUTH="dummy"), "choose pam or shared-password")
+    _refused(_load(tmp_path, ATTN_EXCHANGE_QUOTA_MIB="lots"), "a whole number of MiB")
     _refused(_load(tmp_path, ATTN_AUTH="shared-password"), "shorter than 16")
     _refused(_load(tmp_path, ATTN_AUTH="shared-password", ATTN_SHARED_PASSWORD="short"), "shorter than 16")
     same = "correct-horse-battery-staple"

@@ -24,6 +24,7 @@ Runs only with RUN_HUB_TESTS=1 and HUB_DIR; skipped, saying why, where the hub i
 """
 
 import base64
+import datetime
 import json
 import os
 import pwd
@@ -67,6 +68,8 @@ CAROL_SLIP = ("attn_scores / self.head_dim ** 0.5", "attn_scores / self.d_out **
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 MEMORY_LIMIT_MIB = 1536  # per learner in this test: a server and a kernel that ran notebook 01 use about 0.5 GiB
 HOG_MIB = 3072  # what bob's kernel tries to hold
+EXCHANGE_QUOTA_MIB = 8  # what one learner's submissions may take in the exchange, in this test
+EXCHANGE_KEEP = 5  # a learner's newest submissions of one assignment the exchange keeps (exchange_service.KEEP)
 
 
 def _skip_reason():
@@ -178,6 +181,7 @@ class Hub:
             ATTN_HUB_STATE=str(self.state),
             ATTN_EXCHANGE_PORT=str(self.exchange_port),
             ATTN_MEM_LIMIT=f"{MEMORY_LIMIT_MIB}M",
+            ATTN_EXCHANGE_QUOTA_MIB=str(EXCHANGE_QUOTA_MIB),
             PYTHONUNBUFFERED="1",
             **_library_path(),
         )
@@ -425,7 +429,10 @@ def _exchange(hub: Hub, method: str, path: str, token: str | None, body: dict | 
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as exc:
-        return exc.code, None
+        try:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except ValueError:
+            return exc.code, None
 
 
 def _can_read(accounts: Accounts, who: str, path: Path) -> bool:
@@ -595,6 +602,39 @@ def _attacks(hub: Hub, accounts: Accounts, pages: dict, teacher_token: str, cour
     assert status == 200 and not bob_view["instructor"]
     assert all(n.startswith(f"{BOB}+") for n in bob_view["inbound"]), "bob sees submissions not his"
     tried["bob's token: release, feedback for alice, others' submissions"] = "403 / only his own shown"
+
+    # 2b. bob fills the exchange: his own notebook again and again with padding (each one a valid submission)
+    def resubmit(pad_mib: int):
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+        files = [f for f in bob_view["inbound"][max(bob_view["inbound"])] if f["path"] != "timestamp.txt"]
+        files += [
+            {"path": "timestamp.txt", "content": base64.b64encode(now.encode()).decode()},
+            {"path": "padding.bin", "content": base64.b64encode(bytes(pad_mib << 20)).decode()},
+        ]
+        return _exchange(hub, "POST", f"inbound/{ASSIGNMENT}", bob_token, {"files": files})
+
+    def kept(view, learner):
+        return sorted(n for n in view["inbound"] if n.startswith(f"{learner}+{ASSIGNMENT}+"))
+
+    assert [resubmit(1)[0] for _ in range(EXCHANGE_KEEP + 2)] == [200] * (EXCHANGE_KEEP + 2)
+    status, flooded = _exchange(hub, "GET", "view", teacher_token)
+    assert len(kept(flooded, BOB)) == EXCHANGE_KEEP, kept(flooded, BOB)
+    status, refusal = resubmit(EXCHANGE_QUOTA_MIB // 2 + 1)  # with the 4 newest kept: over the quota
+    assert status == 413 and f"more than the {EXCHANGE_QUOTA_MIB} MiB a learner may keep" in refusal["error"], refusal
+    # the same through nbgrader, as bob meets it: a refusal that says why
+    padding = assignment_dir / "padding.bin"
+    accounts.run(BOB, ["truncate", "-s", f"{EXCHANGE_QUOTA_MIB // 2 + 1}M", str(padding)])
+    proc = accounts.run(BOB, ["nbgrader", "submit", ASSIGNMENT], env=bob_env, cwd=assignment_dir.parent, check=False)
+    accounts.run(BOB, ["rm", str(padding)])
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "413 your submissions to this course would take" in said, said[-3000:]
+    status, after = _exchange(hub, "GET", "view", teacher_token)
+    assert kept(after, BOB) == kept(flooded, BOB), "a refused submission changed what bob had"
+    assert after["inbound"][alice_submission] == before["inbound"][alice_submission]
+    tried["bob submits again and again, 1 MiB padded, then 5 MiB"] = (
+        f"his newest {EXCHANGE_KEEP} kept; past {EXCHANGE_QUOTA_MIB} MiB refused (413, nbgrader submit says why); "
+        "alice's intact"
+    )
 
     # 3. reading what is not his: alice's home (her answer, her submission's cache, her feedback), the exchange's
     # store and the hub's state, the instructor's course folder (the solutions, the gradebook)

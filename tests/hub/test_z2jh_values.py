@@ -41,6 +41,9 @@ def test_the_exchange_is_the_hub_service_not_a_shared_volume():
     assert service["command"][-1] == hub["extraFiles"]["exchange"]["mountPath"]
     assert service["command"][-1].endswith("exchange_service.py")
     assert service["environment"]["ATTN_EXCHANGE_STORE"].startswith("/srv/jupyterhub/")  # the hub's own volume
+    # that volume holds a class's submissions: each learner's quota times a large class fits in it
+    quota_mib, storage = int(service["environment"]["ATTN_EXCHANGE_QUOTA_MIB"]), hub["db"]["pvc"]["storage"]
+    assert storage.endswith("Gi") and int(storage[:-2]) * 1024 >= 300 * quota_mib, (storage, quota_mib)
     port = int(service["url"].rsplit(":", 1)[1])
     assert single["extraEnv"]["ATTN_EXCHANGE_URL"] == f"{service['url']}/services/exchange/"
     assert {p["port"] for p in hub["service"]["extraPorts"]} == {port}
