@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pkgutil
 from functools import cache
+from typing import Any
 
 from . import sandbox
 from .messages import Msg, said_in
@@ -23,7 +24,7 @@ def _homes() -> frozenset[str]:
     return frozenset(info.name[len(prefix) :] for info in found if not info.ispkg)
 
 
-def from_child(tree, english):
+def from_child(tree: Any, english: Any) -> Any:
     """The Msg for a said form (``sandbox/texts.py``) that the child sent along with its English text, when the
     form is well made and says exactly ``english``; else ``english`` itself. The child is not trusted: only its
     own texts, plain strings and bounded sizes are accepted."""

@@ -299,7 +299,7 @@ def _result(ex, data, graded, imports, notes, peak: int = 0):
     missing = entry.get("missing")
     if missing is not None:
         missing = from_child(entry.get("missing_said"), str(missing)[:300])
-        stopped = _stopped(missing)
+        stopped = stopped_as(missing)
         if stopped == "timeout" and peak >= limits.MEMORY_TOTAL * NEAR_MEMORY:  # the time went into allocating
             return graded.failure("crashed", Msg("run.near_memory", peak=peak >> 20, limit=limits.MEMORY_TOTAL >> 20))
         if stopped:  # the class was found and ran, but did not finish: it did not run, it is not missing
@@ -316,7 +316,7 @@ def _result(ex, data, graded, imports, notes, peak: int = 0):
     return graded.verdict(records)
 
 
-def _stopped(missing) -> str | None:
+def stopped_as(missing) -> str | None:
     """'timeout' or 'crashed' when the child's "missing" says the exercise's run was stopped (a loop inside forward,
     an error outside the cases), None when the class or function was really not there."""
     if getattr(missing, "key", None) != "stopped":

@@ -128,6 +128,65 @@ def test_a_loop_inside_forward_timed_out_it_is_not_missing(tmp_path):
     assert not batch.named_mistake(result.diagnosis)
 
 
+STOPPERS = {  # what stops a grading outside any case's own errors, and what the verdict says of it
+    "a loop": ("        while True:\n            pass\n", "timed out (an infinite loop?)"),
+    "SystemExit": ("        raise SystemExit(3)\n", "SystemExit: 3"),
+    "a BaseException of its own": (
+        "        class Stop(BaseException):\n            pass\n        raise Stop('boom')\n",
+        "Stop: boom",
+    ),
+}
+
+
+@pytest.mark.parametrize("stopper", STOPPERS)
+def test_what_stops_a_check_in_the_kernel_gets_the_file_graders_verdict(tmp_path, monkeypatch, stopper):
+    """In the notebook's kernel (and so in nbgrader's autograde) the learner's code has the file grader's CPU budget
+    per exercise, and what no case catches is a verdict, not a traceback through the grader's frames."""
+    from course_utils.grade import notebook
+
+    body, said = STOPPERS[stopper]
+    source = MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + body, 1)
+    monkeypatch.setattr(notebook, "BUDGET", 1.0)
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - our own test submission
+    here = notebook.check("mha", namespace["MultiHeadAttention"], quiet=True)
+    path = tmp_path / "stopper.py"
+    path.write_text(source)
+    (there,) = runner.grade_file(path, ["mha"], sandboxed=False, cell_timeout=1.0).results
+    assert here.diagnosis == there.diagnosis == ("timeout" if stopper == "a loop" else "crashed"), here.report()
+    assert here.report() == there.report() and f"grading mha stopped: {said}" in here.report()
+
+
+def test_an_interrupt_stops_the_cell_with_one_line_and_no_path(monkeypatch):
+    """The Stop button, or nbgrader's cell timeout, interrupts check(): the cell stops (the notebook's later cells do
+    not run), and what IPython shows (``_render_traceback_``) names neither the grader's frames nor the install."""
+    import course_utils
+    from course_utils.grade import notebook
+
+    source = MHA.replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        raise KeyboardInterrupt\n", 1
+    )
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - our own test submission
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        notebook.check("mha", namespace["MultiHeadAttention"], lang="en")
+    (shown,) = stopped.value._render_traceback_()
+    assert shown.startswith("KeyboardInterrupt: grading mha was interrupted"), shown
+    assert stopped.value.__cause__ is None and stopped.value.__suppress_context__
+    assert str(Path(course_utils.__file__).parent) not in shown and sys.prefix not in shown
+
+
+def test_an_exception_whose_message_cannot_be_made_is_still_described(tmp_path):
+    body = (
+        "        class Odd(Exception):\n            def __str__(self):\n                raise RuntimeError('no')\n"
+        "        raise Odd()\n"
+    )
+    path = tmp_path / "odd.py"
+    path.write_text(MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + body, 1))
+    (result,) = runner.grade_file(path, ["mha"], sandboxed=False).results
+    assert "Odd in forward: (its message could not be made: RuntimeError)" in result.report(), result.report()
+
+
 def test_a_memory_limit_reached_is_said_even_when_the_clock_ran_out(tmp_path, monkeypatch):
     # what jail.run returns for a submission stopped by its total while its pages were faulted in
     outcome = jail.Outcome(-9, b"", "", timed_out=True, too_big=False, usage=limits.Usage(peak=4 << 30, hit="memory"))

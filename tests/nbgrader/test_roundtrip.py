@@ -10,7 +10,9 @@ scores from the gradebook. nbgrader commands are slow to start, so only alice go
 * bob hands in two notebooks untouched (a stub inside a class, and interview mode's empty cell): zero;
 * carol's multi-head attention scales the scores by √d_out: partial credit, the share of checks passed, and
   the grader's diagnosis in her autograded notebook and her feedback;
-* dora's is right but warns on stderr (her own debugging warning): full points, as `make grade` gives.
+* dora's is right but warns on stderr (her own debugging warning): full points, as `make grade` gives;
+* erin's forward never returns: the check's own time budget stops it before nbgrader's cell timeout, and her
+  feedback says so in one line, with none of the grader's frames or the installation's paths.
 
 The learners' copies nbgrader generates must be the repository's exercises/, cell for cell.
 Runs only with RUN_NBGRADER_TESTS=1; skipped, saying why, where nbgrader is not installed (an error in CI).
@@ -21,6 +23,7 @@ import html
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -128,6 +131,10 @@ DORA = (
     "return self.out_proj(context)",
     "return __import__('warnings').warn('debugging: context computed') or self.out_proj(context)",
 )
+ERIN = (
+    "        b, num_tokens, d_in = x.shape\n",
+    "        b, num_tokens, d_in = x.shape\n        while True:\n            pass\n",
+)
 
 
 class _Clock:
@@ -187,7 +194,12 @@ def course(tmp_path_factory, request):
     _run([(["collect", ASSIGNMENT], course_dir)], env)
     # the others hand in files another way (e-mail, an LMS): the instructor puts them in submitted/
     release = course_dir / "release" / ASSIGNMENT
-    for name, notebooks, change in (("bob", ("04", "07"), None), ("carol", ("04",), CAROL), ("dora", ("04",), DORA)):
+    for name, notebooks, change in (
+        ("bob", ("04", "07"), None),
+        ("carol", ("04",), CAROL),
+        ("dora", ("04",), DORA),
+        ("erin", ("04",), ERIN),
+    ):
         folder = course_dir / "submitted" / name / ASSIGNMENT
         folder.mkdir(parents=True)
         for path in release.glob("*.ipynb"):
@@ -282,10 +294,29 @@ def test_a_warning_on_stderr_costs_no_points(course):
     assert dora["notebooks"][MHA]["score"] == dora["notebooks"][MHA]["max_score"] == _points()[MHA]
 
 
+def test_a_loop_is_stopped_by_the_check_and_its_feedback_shows_no_grader_frame(course):
+    import course_utils
+
+    erin = course["scores"]["erin"]
+    assert erin["notebooks"][MHA]["score"] == 0, erin
+    assert "grading mha stopped: timed out (an infinite loop?)" in _check_output(course["dir"], "erin", MHA)
+    feedback = (course["dir"] / "feedback" / "erin" / ASSIGNMENT / f"{MHA}.html").read_text(encoding="utf-8")
+    shown = re.sub(r"<style.*?</style>", "", feedback, flags=re.S)  # the page's text, not its stylesheet's names
+    assert "timed out (an infinite loop?)" in shown
+    for leak in (
+        "Traceback",
+        "KeyboardInterrupt",
+        "CellTimeoutError",
+        str(Path(course_utils.__file__).parent),
+        sys.prefix,
+    ):
+        assert leak not in shown, f"erin's feedback shows {leak!r}"
+
+
 def test_export_writes_the_gradebook_totals(course):
     with open(course["dir"] / "grades.csv", newline="", encoding="utf-8") as fh:
         rows = {row["student_id"]: row for row in csv.DictReader(fh)}
-    assert set(rows) == {"alice", "bob", "carol", "dora"}
+    assert set(rows) == {"alice", "bob", "carol", "dora", "erin"}
     for student, row in rows.items():
         assert float(row["score"]) == pytest.approx(course["scores"][student]["score"]), row
         assert float(row["max_score"]) == sum(_points().values())

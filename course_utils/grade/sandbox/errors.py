@@ -59,6 +59,24 @@ def _leaves_autograd(exc: BaseException) -> bool:
     return False
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or what went wrong making it: a learner's exception whose ``__str__`` raises is still described."""
+    try:
+        text = str(exc)
+    except Exception as made:  # noqa: BLE001 - the learner's __str__
+        return f"(its message could not be made: {type(made).__name__})"
+    return text if isinstance(text, str) else ""
+
+
+def stopped(exc: BaseException, exercise: str, learner_files=None) -> dict:
+    """The said form of an exercise's run stopped by ``exc`` outside any case's own errors: the time budget, or an
+    exception no case catches (SystemExit, a BaseException of the learner's). The same in the sandbox and in a
+    notebook's kernel."""
+    d = describe_exception(exc, learner_files)
+    message = d["said"] or (f"{d['type']}: {d['message']}" if d["message"] else d["type"])
+    return said("stopped", exercise=exercise, message=message)
+
+
 def describe_exception(exc: BaseException, learner_files=None, where: str = "forward") -> dict:
     """A learner's exception as plain data: type, first line of the message, the learner's line. The grader
     renders ``said`` and ``line_said`` (the harness's own words as keys, see texts.py) in the learner's language."""
@@ -82,7 +100,7 @@ def describe_exception(exc: BaseException, learner_files=None, where: str = "for
     if message_said is not None:
         message = english(message_said)
     else:
-        text = str(exc).strip()
+        text = _text(exc).strip()
         message = text.splitlines()[0] if text else ""
     return {
         "type": type(exc).__name__,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import describe_exception
+from ..errors import stopped
 from ..finding import class_in, defined_modules
 from ..texts import english, said
 
@@ -78,8 +78,7 @@ class Kind:
         try:
             return {"missing": None, "records": self.run(target, spec, learner_files)}
         except BaseException as exc:  # noqa: BLE001 - the alarm, or anything else that stops the run
-            d = describe_exception(exc, learner_files)
-            return missing(said("stopped", exercise=spec["exercise"], message=d["said"] or d["message"]))
+            return missing(stopped(exc, spec["exercise"], learner_files))
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
 
