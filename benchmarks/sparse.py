@@ -30,7 +30,7 @@ from course_utils import (
     selection_mask,
 )
 
-from .timing import cpu_threads, load_average, round_times
+from .timing import cpu_threads, load_average, paired_speed_ratio, round_times
 
 
 def _dsa_inputs(c, length, device, dtype, seed):
@@ -85,9 +85,8 @@ def _bench_sparse_decode(cfg, device, log):
     for length in c["lengths"]:
         inputs = _dsa_inputs(c, length, device, dtype, seed=12)
         rounds = round_times(_decode_steps(inputs, c["top_k"]), device, c["repeats"], c.get("warmup", 1))
-        ratios = sorted(s / d for s, d in zip(rounds["sparse"], rounds["dense"], strict=True))
         entry = {name: {"seconds": statistics.median(t)} for name, t in rounds.items()}
-        entry["sparse_vs_dense_time"] = statistics.median(ratios)
+        entry["sparse_vs_dense_time"] = paired_speed_ratio(rounds, "dense", "sparse")["median"]  # sparse s / dense s
         results[str(length)] = entry
         log(
             f"  L={length:6d}: dense {entry['dense']['seconds'] * 1e3:8.3f} ms, sparse (top {c['top_k']}) "
@@ -166,11 +165,10 @@ def _bench_quantized_cache(cfg, device, log):
     )
     results = {}
     for name in caches:
-        ratios = sorted(t / f for t, f in zip(rounds[name], rounds["float"], strict=True))
         results[name] = {
             "bytes_held": held[name],
             "seconds": statistics.median(rounds[name]),
-            "vs_float_time": statistics.median(ratios),
+            "vs_float_time": paired_speed_ratio(rounds, "float", name)["median"],  # this cache's s / the float's s
         }
         log(
             f"  {name:6s} cache {held[name] / 2**10:9.1f} KiB ({held['float'] / held[name]:.2f}x less), decode "
