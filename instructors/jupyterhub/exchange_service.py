@@ -112,6 +112,8 @@ class Handler(web.RequestHandler):
             raise web.HTTPError(403, "a hub user's token is required")
         if not check_scopes(self.hub_auth.access_scopes, set(model.get("scopes", []))):
             raise web.HTTPError(403, "this token may not use the exchange")
+        if not NAME.match(model["name"]):  # a '+' would let "bob" see "bob+x"'s submissions, filed as "bob+x+..."
+            raise web.HTTPError(403, "this user name cannot be filed in nbgrader's exchange (a '+', '/' or space)")
         self.user = model["name"]
         self.instructor = self.user in self.instructors
 
