@@ -62,10 +62,9 @@ def _leaves_autograd(exc: BaseException) -> bool:
 def _text(exc: BaseException) -> str:
     """``str(exc)``, or what went wrong making it: a learner's exception whose ``__str__`` raises is still described."""
     try:
-        text = str(exc)
-    except Exception as made:  # noqa: BLE001 - the learner's __str__
+        return str(exc)
+    except Exception as made:  # noqa: BLE001 - the learner's __str__ (raising, or returning no str)
         return f"(its message could not be made: {type(made).__name__})"
-    return text if isinstance(text, str) else ""
 
 
 def stopped(exc: BaseException, exercise: str, learner_files=None) -> dict:
