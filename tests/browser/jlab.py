@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -256,10 +257,26 @@ class LabServer:
     def shutdown_kernels(self):
         """Stop every kernel (frees CPU and memory between notebooks); returns how many were running."""
         self._remember_descendants()
-        kernels = self.api("GET", "/api/kernels")
+        kernels = self._kernels()
         for kernel in kernels:
-            self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30)
+            try:
+                self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:  # 404: it ended on its own meanwhile
+                    raise
         return len(kernels)
+
+    def _kernels(self, tries=5):
+        """The server's kernels. A kernel that a notebook's view is starting, or ending, while they are listed can
+        make the server answer 500 for that moment: asked again, it answers."""
+        for _ in range(tries - 1):
+            try:
+                return self.api("GET", "/api/kernels")
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:
+                    raise
+            time.sleep(0.5)
+        return self.api("GET", "/api/kernels")
 
     def _remember_descendants(self):
         if self.proc is not None:
