@@ -5,21 +5,12 @@ Runs only with RUN_HUB_TESTS=1 and HUB_DIR (the hub `make test-hub` installs); s
 """
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
-import pytest
+from installed import PREFIX, PYTHON, need_installed_hub
 
-PREFIX = Path(os.environ.get("HUB_DIR", "/nonexistent"))
-PYTHON, CONFIG = PREFIX / "env" / "bin" / "python", PREFIX / "hub" / "jupyterhub_config.py"
-
-if os.environ.get("RUN_HUB_TESTS", "") in ("", "0") or not PYTHON.exists() or not CONFIG.exists():
-    if os.environ.get("RUN_HUB_TESTS") and os.environ.get("CI", "").lower() in ("1", "true"):
-        raise RuntimeError(f"CI asked for the hub's configuration tests, but no hub is installed in HUB_DIR={PREFIX}")
-    pytest.skip(
-        "the hub's configuration tests run in `make test-hub` (they need the installed hub)", allow_module_level=True
-    )
+CONFIG = PREFIX / "hub" / "jupyterhub_config.py"
+need_installed_hub("the hub's configuration tests", CONFIG)
 
 # load the file as JupyterHub does (traitlets' loader), with the command line given, and print what it settled
 LOAD = """

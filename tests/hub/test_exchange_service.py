@@ -7,21 +7,12 @@ Runs only with RUN_HUB_TESTS=1 and HUB_DIR (the hub `make test-hub` installs); s
 """
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
-import pytest
+from installed import PREFIX, PYTHON, need_installed_hub
 
-PREFIX = Path(os.environ.get("HUB_DIR", "/nonexistent"))
-PYTHON, SERVICE = PREFIX / "env" / "bin" / "python", PREFIX / "hub" / "exchange_service.py"
-
-if os.environ.get("RUN_HUB_TESTS", "") in ("", "0") or not PYTHON.exists() or not SERVICE.exists():
-    if os.environ.get("RUN_HUB_TESTS") and os.environ.get("CI", "").lower() in ("1", "true"):
-        raise RuntimeError(f"CI asked for the exchange service's tests, but no hub is installed in HUB_DIR={PREFIX}")
-    pytest.skip(
-        "the exchange service's tests run in `make test-hub` (they need the installed hub)", allow_module_level=True
-    )
+SERVICE = PREFIX / "hub" / "exchange_service.py"
+need_installed_hub("the exchange service's tests", SERVICE)
 
 # the service, its hub token check replaced by a table of tokens; each request's (status, answer) printed as JSON
 SCRIPT = """
