@@ -16,9 +16,14 @@ from tests.conftest import run_grader
 from tests.grader_cases.implementations import REFERENCE, mutate
 
 MHA = REFERENCE["mha"]
-LOOP_IN_FORWARD = MHA.replace(
-    "    def forward(self, x):\n", "    def forward(self, x):\n        while True:\n            pass\n", 1
-)
+
+
+def forward_starting_with(body: str) -> str:
+    """The reference's module whose forward runs ``body`` (indented lines) first."""
+    return MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + body, 1)
+
+
+LOOP_IN_FORWARD = forward_starting_with("        while True:\n            pass\n")
 
 
 def _rows(out: Path) -> list:
@@ -145,7 +150,7 @@ def test_what_stops_a_check_in_the_kernel_gets_the_file_graders_verdict(tmp_path
     from course_utils.grade import notebook
 
     body, said = STOPPERS[stopper]
-    source = MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + body, 1)
+    source = forward_starting_with(body)
     monkeypatch.setattr(notebook, "BUDGET", 1.0)
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102 - our own test submission
@@ -163,9 +168,7 @@ def test_an_interrupt_stops_the_cell_with_one_line_and_no_path(monkeypatch):
     import course_utils
     from course_utils.grade import notebook
 
-    source = MHA.replace(
-        "    def forward(self, x):\n", "    def forward(self, x):\n        raise KeyboardInterrupt\n", 1
-    )
+    source = forward_starting_with("        raise KeyboardInterrupt\n")
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102 - our own test submission
     with pytest.raises(KeyboardInterrupt) as stopped:
@@ -182,7 +185,7 @@ def test_an_exception_whose_message_cannot_be_made_is_still_described(tmp_path):
         "        raise Odd()\n"
     )
     path = tmp_path / "odd.py"
-    path.write_text(MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + body, 1))
+    path.write_text(forward_starting_with(body))
     (result,) = runner.grade_file(path, ["mha"], sandboxed=False).results
     assert "Odd in forward: (its message could not be made: RuntimeError)" in result.report(), result.report()
 
@@ -321,7 +324,7 @@ def test_a_forward_that_keeps_allocating_is_told_about_memory_not_time(tmp_path,
     monkeypatch.setattr(limits, "MEMORY_TOTAL", 2 << 30)
     hog = "        hog = [b'x' * (64 << 20) for _ in range(80)]\n"
     path = tmp_path / "hog.py"
-    path.write_text(MHA.replace("    def forward(self, x):\n", "    def forward(self, x):\n" + hog, 1))
+    path.write_text(forward_starting_with(hog))
     (result,) = runner.grade_file(path, ["mha"]).results
     said = result.report()
     assert result.diagnosis == "crashed" and "2048 MiB" in said and "memory" in said and "timed out" not in said, said
